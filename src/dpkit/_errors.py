@@ -1,0 +1,61 @@
+"""The dpkit error family.
+
+Every error dpkit raises on purpose derives from :class:`DPError`; each child also
+subclasses the builtin a caller would expect (``ValueError`` for bad parameters),
+so ``except ValueError`` keeps working for code that does not know dpkit.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceededError",
+    "DPError",
+    "InternalError",
+    "InvalidParameterError",
+    "LedgerCorruptedError",
+    "PrivacyWarning",
+    "UnsupportedEventError",
+]
+
+
+class DPError(Exception):
+    """Root of every error dpkit raises deliberately."""
+
+
+class InvalidParameterError(DPError, ValueError):
+    """A parameter or a data value is outside what is allowed.
+
+    The message always names the parameter, the value received and what is allowed.
+    """
+
+    def __init__(self, name: str, value: object, allowed: str) -> None:
+        self.name = name
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{name}: got {value!r}; {allowed}")
+
+
+class BudgetExceededError(DPError):
+    """A spend was refused because it would exceed the remaining budget."""
+
+    def __init__(self, requested: object, remaining: object, detail: str = "") -> None:
+        self.requested = requested
+        self.remaining = remaining
+        message = f"privacy budget exceeded: requested {requested}, remaining {remaining}"
+        super().__init__(message + (f" ({detail})" if detail else ""))
+
+
+class UnsupportedEventError(DPError, TypeError):
+    """An accountant or converter was given a privacy event it cannot interpret."""
+
+
+class LedgerCorruptedError(DPError):
+    """A persistent budget ledger failed its integrity check; it is never read as full budget."""
+
+
+class InternalError(DPError, RuntimeError):
+    """dpkit broke one of its own invariants: a bug to report, never a user error."""
+
+
+class PrivacyWarning(UserWarning):
+    """A legal but risky privacy setting (for example epsilon > 5, or delta >= 1/n)."""

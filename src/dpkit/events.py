@@ -1,0 +1,157 @@
+"""Privacy events: plain, frozen, self-validating descriptions of what a release did.
+
+A mechanism reports the event it performed; an accountant (``dpkit.accounting``) interprets
+events. Events sit below the mechanisms in the layer order so that a mechanism can name its
+event without knowing any accountant. Parameters are *noise multipliers* (noise scale divided
+by sensitivity), as in Google's dp_accounting, so an event is independent of units.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive
+from dpkit.guarantees import NeighbourRelation
+
+__all__ = [
+    "ApproxDPEvent",
+    "ComposedEvent",
+    "DiscreteGaussianEvent",
+    "DiscreteLaplaceEvent",
+    "GaussianEvent",
+    "LaplaceEvent",
+    "PrivacyEvent",
+    "PureDPEvent",
+    "RandomizedResponseEvent",
+    "SelfComposedEvent",
+    "ZCDPEvent",
+]
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """Base of every event. ``neighbours`` is the relation under which the event's parameters hold."""
+
+
+@dataclass(frozen=True)
+class LaplaceEvent(PrivacyEvent):
+    """Laplace noise of scale ``noise_multiplier`` x (L1 sensitivity) added to a query."""
+
+    noise_multiplier: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_positive("noise_multiplier", self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class GaussianEvent(PrivacyEvent):
+    """Gaussian noise of standard deviation ``noise_multiplier`` x (L2 sensitivity)."""
+
+    noise_multiplier: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_positive("noise_multiplier", self.noise_multiplier)
+
+
+@dataclass(frozen=True)
+class DiscreteLaplaceEvent(PrivacyEvent):
+    """Discrete Laplace noise of scale ``scale`` on an integer query of L1 sensitivity ``sensitivity``."""
+
+    scale: float
+    sensitivity: int = 1
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_positive("scale", self.scale)
+        check_integer("sensitivity", self.sensitivity, minimum=1)
+
+
+@dataclass(frozen=True)
+class DiscreteGaussianEvent(PrivacyEvent):
+    """Discrete Gaussian noise N_Z(0, sigma^2) on an integer query of L2 sensitivity ``sensitivity``."""
+
+    sigma: float
+    sensitivity: float = 1.0
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_positive("sigma", self.sigma)
+        check_positive("sensitivity", self.sensitivity)
+
+
+@dataclass(frozen=True)
+class RandomizedResponseEvent(PrivacyEvent):
+    """k-ary randomized response: the true value with probability e^eps / (e^eps + k - 1)."""
+
+    epsilon: float
+    k: int = 2
+    neighbours: NeighbourRelation = NeighbourRelation.REPLACE_ONE
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_integer("k", self.k, minimum=2)
+
+
+@dataclass(frozen=True)
+class PureDPEvent(PrivacyEvent):
+    """A black-box epsilon-DP release (exponential mechanism, report-noisy-max, sparse vector...)."""
+
+    epsilon: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+
+
+@dataclass(frozen=True)
+class ApproxDPEvent(PrivacyEvent):
+    """A black-box (epsilon, delta)-DP release."""
+
+    epsilon: float
+    delta: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_epsilon(self.epsilon)
+        check_delta(self.delta)
+
+
+@dataclass(frozen=True)
+class ZCDPEvent(PrivacyEvent):
+    """A black-box rho-zCDP release."""
+
+    rho: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+
+    def __post_init__(self) -> None:
+        check_positive("rho", self.rho)
+
+
+@dataclass(frozen=True)
+class ComposedEvent(PrivacyEvent):
+    """Several events run on the same data, one after the other."""
+
+    events: tuple[PrivacyEvent, ...]
+
+    def __post_init__(self) -> None:
+        if not all(isinstance(event, PrivacyEvent) for event in self.events):
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("events", self.events, "must be a tuple of PrivacyEvent")
+
+
+@dataclass(frozen=True)
+class SelfComposedEvent(PrivacyEvent):
+    """One event repeated ``count`` times on the same data."""
+
+    event: PrivacyEvent
+    count: int
+
+    def __post_init__(self) -> None:
+        check_integer("count", self.count, minimum=1)
+        if not isinstance(self.event, PrivacyEvent):
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")

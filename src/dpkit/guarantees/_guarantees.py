@@ -1,0 +1,330 @@
+"""Privacy guarantees as frozen, validated values with exact (or safety-rounded) arithmetic.
+
+Exactness: every parameter is kept as a :class:`fractions.Fraction` taken from the decimal the
+user typed (``0.1`` is exactly 1/10), so budgets add up exactly: ``10 * PureDP(0.1) == PureDP(1)``.
+Where a conversion is irrational (zCDP -> approximate DP) the result is rounded *up*, toward
+a weaker, still-true claim.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Union
+
+from scipy import optimize
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive
+
+__all__ = ["ApproxDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "round_up"]
+
+
+class NeighbourRelation(enum.Enum):
+    """Which datasets count as neighbours.
+
+    ``ADD_REMOVE``: one differs from the other by adding or removing one person (unbounded DP).
+    ``REPLACE_ONE``: same size, one person's record replaced (bounded DP). A replacement is an
+    add followed by a remove, so an add/remove guarantee implies the replace-one guarantee of a
+    group of 2.
+    """
+
+    ADD_REMOVE = "add_remove"
+    REPLACE_ONE = "replace_one"
+
+
+def round_up(value: float, ulps: int = 4) -> float:
+    """Move a float computed with rounding error a few ulps toward +inf (safety rounding)."""
+    for _ in range(ulps):
+        value = math.nextafter(value, math.inf)
+    return value
+
+
+def _check_relation(value: object) -> NeighbourRelation:
+    if not isinstance(value, NeighbourRelation):
+        raise InvalidParameterError("neighbours", value, "must be a dpkit.guarantees.NeighbourRelation")
+    return value
+
+
+def _same_relation(a: Guarantee, b: Guarantee) -> NeighbourRelation:
+    if a.neighbours is not b.neighbours:
+        raise InvalidParameterError(
+            "neighbours", (a.neighbours, b.neighbours), "guarantees composed together must share a relation"
+        )
+    return a.neighbours
+
+
+@dataclass(frozen=True, eq=False)
+class PureDP:
+    """epsilon-differential privacy: P[A(D) in S] <= e^epsilon P[A(D') in S] for neighbours D, D'.
+
+    >>> PureDP(0.1) * 10 == PureDP(1.0)
+    True
+    >>> PureDP(0.5).group(3).epsilon
+    1.5
+    """
+
+    epsilon: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+    epsilon_exact: Fraction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epsilon, Fraction):
+            check_epsilon(self.epsilon)
+        exact = as_fraction(self.epsilon)
+        if exact <= 0:
+            raise InvalidParameterError("epsilon", self.epsilon, "must be a real number > 0 and finite")
+        object.__setattr__(self, "epsilon_exact", exact)
+        object.__setattr__(self, "epsilon", float(exact))
+        _check_relation(self.neighbours)
+
+    delta = 0.0
+    delta_exact = Fraction(0)
+
+    def __add__(self, other: Guarantee) -> Guarantee:
+        """Basic sequential composition (seed 000): epsilons add, deltas add."""
+        return compose(self, other)
+
+    def __mul__(self, count: int) -> PureDP:
+        """k-fold basic composition: k * epsilon."""
+        k = check_integer("count", count, minimum=1)
+        return PureDP(self.epsilon_exact * k, self.neighbours)  # type: ignore[arg-type]
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, PureDP)
+            and self.epsilon_exact == other.epsilon_exact
+            and self.neighbours is other.neighbours
+        )
+
+    def __hash__(self) -> int:
+        return hash(("PureDP", self.epsilon_exact, self.neighbours))
+
+    def within(self, budget: Guarantee) -> bool:
+        """True when this guarantee is at least as strong as ``budget`` (exact comparison)."""
+        return _within(self, budget)
+
+    def group(self, size: int) -> PureDP:
+        """Group privacy (seed 000): an epsilon-DP algorithm is (K epsilon)-DP for groups of K."""
+        k = check_integer("size", size, minimum=1)
+        return PureDP(self.epsilon_exact * k, self.neighbours)  # type: ignore[arg-type]
+
+    def to_zcdp(self) -> ZCDP:
+        """epsilon-DP implies (epsilon^2 / 2)-zCDP (Bun & Steinke 2016, Prop. 1.4)."""
+        return ZCDP(self.epsilon_exact**2 / 2, self.neighbours)  # type: ignore[arg-type]
+
+    def to_approx(self) -> ApproxDP:
+        """epsilon-DP is (epsilon, 0)-DP."""
+        return ApproxDP(self.epsilon_exact, Fraction(0), self.neighbours)  # type: ignore[arg-type]
+
+    def under(self, neighbours: NeighbourRelation) -> PureDP:
+        """The same mechanism's guarantee under another neighbour relation (add/remove -> replace: group of 2)."""
+        return _under(self, neighbours)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False)
+class ApproxDP:
+    """(epsilon, delta)-differential privacy: P[A(D) in S] <= e^epsilon P[A(D') in S] + delta.
+
+    >>> grouped = ApproxDP(1.0, 1e-6).group(2)   # (2 eps, 2 e^2 delta)
+    >>> grouped.epsilon, round(grouped.delta * 1e6, 6)
+    (2.0, 14.778112)
+    """
+
+    epsilon: float
+    delta: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+    epsilon_exact: Fraction = field(init=False, repr=False)
+    delta_exact: Fraction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.epsilon, Fraction):
+            check_positive("epsilon", self.epsilon, allow_zero=True)
+        if not isinstance(self.delta, Fraction):
+            check_delta(self.delta)
+        eps, dlt = as_fraction(self.epsilon), as_fraction(self.delta)
+        if eps < 0:
+            raise InvalidParameterError("epsilon", self.epsilon, "must be a real number >= 0 and finite")
+        if not 0 <= dlt < 1:
+            raise InvalidParameterError("delta", self.delta, "must be a real number with 0 <= delta < 1")
+        object.__setattr__(self, "epsilon_exact", eps)
+        object.__setattr__(self, "delta_exact", dlt)
+        object.__setattr__(self, "epsilon", float(eps))
+        # The float fields are for display; every safety decision uses the *_exact fractions.
+        object.__setattr__(self, "delta", float(dlt))
+        _check_relation(self.neighbours)
+
+    def __add__(self, other: Guarantee) -> Guarantee:
+        """Basic sequential composition (seed 000): epsilons add, deltas add."""
+        return compose(self, other)
+
+    def __mul__(self, count: int) -> ApproxDP:
+        k = check_integer("count", count, minimum=1)
+        return ApproxDP(self.epsilon_exact * k, self.delta_exact * k, self.neighbours)  # type: ignore[arg-type]
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ApproxDP)
+            and self.epsilon_exact == other.epsilon_exact
+            and self.delta_exact == other.delta_exact
+            and self.neighbours is other.neighbours
+        )
+
+    def __hash__(self) -> int:
+        return hash(("ApproxDP", self.epsilon_exact, self.delta_exact, self.neighbours))
+
+    def within(self, budget: Guarantee) -> bool:
+        """True when this guarantee is at least as strong as ``budget`` (exact comparison)."""
+        return _within(self, budget)
+
+    def group(self, size: int) -> ApproxDP:
+        """Group privacy (seed 000): (epsilon, delta)-DP gives (K eps, K e^{K eps} delta) for groups of K."""
+        k = check_integer("size", size, minimum=1)
+        if self.delta_exact == 0:
+            return ApproxDP(self.epsilon_exact * k, Fraction(0), self.neighbours)  # type: ignore[arg-type]
+        factor = round_up(k * math.exp(k * self.epsilon))
+        new_delta = self.delta_exact * Fraction(factor)
+        if new_delta >= 1:
+            raise InvalidParameterError("size", size, f"group privacy for {k} people leaves delta >= 1")
+        return ApproxDP(self.epsilon_exact * k, new_delta, self.neighbours)  # type: ignore[arg-type]
+
+    def under(self, neighbours: NeighbourRelation) -> ApproxDP:
+        return _under(self, neighbours)  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, eq=False)
+class ZCDP:
+    """rho-zero-concentrated DP (Bun & Steinke 2016): D_alpha(A(D) || A(D')) <= rho * alpha for all alpha > 1.
+
+    >>> ZCDP(0.5).to_approx(1e-6).epsilon < 0.5 + 2 * (0.5 * 13.9) ** 0.5
+    True
+    """
+
+    rho: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+    rho_exact: Fraction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rho, Fraction):
+            check_positive("rho", self.rho)
+        exact = as_fraction(self.rho)
+        if exact <= 0:
+            raise InvalidParameterError("rho", self.rho, "must be a real number > 0 and finite")
+        object.__setattr__(self, "rho_exact", exact)
+        object.__setattr__(self, "rho", float(exact))
+        _check_relation(self.neighbours)
+
+    def __add__(self, other: Guarantee) -> Guarantee:
+        """zCDP composes additively in rho (Bun & Steinke 2016, Lemma 2.3)."""
+        return compose(self, other)
+
+    def __mul__(self, count: int) -> ZCDP:
+        k = check_integer("count", count, minimum=1)
+        return ZCDP(self.rho_exact * k, self.neighbours)  # type: ignore[arg-type]
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ZCDP) and self.rho_exact == other.rho_exact and self.neighbours is other.neighbours
+
+    def __hash__(self) -> int:
+        return hash(("ZCDP", self.rho_exact, self.neighbours))
+
+    def within(self, budget: Guarantee) -> bool:
+        return _within(self, budget)
+
+    def group(self, size: int) -> ZCDP:
+        """rho-zCDP gives (K^2 rho)-zCDP for groups of K (Bun & Steinke 2016, Prop. 1.9)."""
+        k = check_integer("size", size, minimum=1)
+        return ZCDP(self.rho_exact * k * k, self.neighbours)  # type: ignore[arg-type]
+
+    def to_approx(self, delta: float) -> ApproxDP:
+        """The (epsilon, delta)-DP that rho-zCDP implies, by the tight conversion.
+
+        Uses Canonne, Kamath & Steinke 2020, Cor. 13:
+        epsilon = inf_{alpha > 1} alpha*rho + (log(1/delta) + (alpha-1) log(1 - 1/alpha) - log(alpha)) / (alpha - 1),
+        never worse than Bun & Steinke's rho + 2 sqrt(rho log(1/delta)). Rounded up.
+        """
+        d = check_delta(delta, allow_zero=False)
+        rho = self.rho
+        log_inv_delta = math.log(1 / d)
+        simple = rho + 2 * math.sqrt(rho * log_inv_delta)
+
+        def eps_of(alpha: float) -> float:
+            return alpha * rho + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
+
+        # The objective is convex in alpha; the optimum lies near 1 + sqrt(log(1/delta)/rho).
+        guess = 1 + math.sqrt(log_inv_delta / rho)
+        result = optimize.minimize_scalar(eps_of, bounds=(1 + 1e-9, max(4 * guess, 2.0)), method="bounded")
+        # Any alpha gives a valid bound, so a sub-optimal search is still safe.
+        best = min(simple, float(result.fun)) if result.success else simple
+        return ApproxDP(round_up(best, 8), d, self.neighbours)
+
+    def under(self, neighbours: NeighbourRelation) -> ZCDP:
+        return _under(self, neighbours)  # type: ignore[return-value]
+
+
+Guarantee = Union[PureDP, ApproxDP, ZCDP]
+
+
+def compose(first: Guarantee, second: Guarantee) -> Guarantee:
+    """Basic composition of two guarantees of the same kind (seed 000; zCDP adds in rho).
+
+    Mixing pure and approximate DP gives approximate DP; zCDP composes only with zCDP
+    (convert explicitly, since the conversion needs a delta).
+    """
+    relation = _same_relation(first, second)
+    if isinstance(first, ZCDP) and isinstance(second, ZCDP):
+        return ZCDP(first.rho_exact + second.rho_exact, relation)  # type: ignore[arg-type]
+    if isinstance(first, ZCDP) or isinstance(second, ZCDP):
+        raise InvalidParameterError(
+            "other", second, "zCDP composes only with zCDP; convert with .to_zcdp() or .to_approx(delta) first"
+        )
+    if isinstance(first, PureDP) and isinstance(second, PureDP):
+        return PureDP(first.epsilon_exact + second.epsilon_exact, relation)  # type: ignore[arg-type]
+    delta = first.delta_exact + second.delta_exact
+    if delta >= 1:
+        raise InvalidParameterError("delta", float(delta), "composed delta must stay < 1")
+    return ApproxDP(first.epsilon_exact + second.epsilon_exact, delta, relation)  # type: ignore[arg-type]
+
+
+def _within(spent: Guarantee, budget: Guarantee) -> bool:
+    _same_relation(spent, budget)
+    if isinstance(spent, ZCDP) or isinstance(budget, ZCDP):
+        if isinstance(spent, ZCDP) and isinstance(budget, ZCDP):
+            return spent.rho_exact <= budget.rho_exact
+        if isinstance(spent, PureDP) and isinstance(budget, ZCDP):
+            return spent.to_zcdp().rho_exact <= budget.rho_exact
+        raise InvalidParameterError("budget", budget, "compare zCDP with zCDP (or pure DP against a zCDP budget)")
+    return spent.epsilon_exact <= budget.epsilon_exact and spent.delta_exact <= budget.delta_exact
+
+
+def _under(guarantee: Guarantee, neighbours: NeighbourRelation) -> Guarantee:
+    relation = _check_relation(neighbours)
+    if relation is guarantee.neighbours:
+        return guarantee
+    if guarantee.neighbours is NeighbourRelation.ADD_REMOVE:
+        # A replacement is one removal then one addition: group privacy for 2.
+        grouped = guarantee.group(2)
+        return type(grouped)(
+            *(getattr(grouped, f + "_exact") for f in _fields(grouped)), neighbours=relation  # type: ignore[arg-type]
+        )
+    raise InvalidParameterError(
+        "neighbours",
+        neighbours,
+        "a replace-one guarantee says nothing about adding or removing a person; state add/remove instead",
+    )
+
+
+def _fields(guarantee: Guarantee) -> tuple[str, ...]:
+    if isinstance(guarantee, PureDP):
+        return ("epsilon",)
+    if isinstance(guarantee, ApproxDP):
+        return ("epsilon", "delta")
+    return ("rho",)

@@ -1,0 +1,376 @@
+"""Exact, vectorized samplers of discrete noise.
+
+How the samplers stay exact and fast
+------------------------------------
+Each sampler is an inverse-CDF or rejection step driven by a uniform U in [0, 1) whose first
+53 bits come from one 64-bit word of the random source. The decision ("how many thresholds
+c * q^m lie above U", or "is U < exp(-gamma)") is made in float64 with a rigorous error margin
+(:data:`_REL_MARGIN`, 64 times the worst-case error of the float operations involved). A draw
+that falls within the margin of a threshold (probability about ``scale * 2^-43`` per draw) is
+decided exactly instead: more bits of the same U are drawn and the threshold is bracketed with
+interval arithmetic (:mod:`dpkit.noise._exact`). The output distributions are therefore
+*exactly* the ideal ones, while almost all the work is a handful of numpy passes.
+
+Timing: the exact path runs for a vanishing fraction of draws, so its timing leaks very little.
+``constant_time=True`` removes it altogether: every draw gets the same fixed work and the
+ambiguous draws are decided by the float computation, at a total-variation cost bounded by
+:func:`constant_time_tv_bound` (which a mechanism adds to its delta).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+from numpy.typing import NDArray
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import check_integer, check_positive
+from dpkit.noise._exact import LazyUniform, Threshold, exp_neg_interval
+from dpkit.noise._random import RandomSource, resolve_source
+
+__all__ = [
+    "MAX_SCALE",
+    "bernoulli_exp",
+    "bernoulli_rational",
+    "constant_time_tv_bound",
+    "discrete_gaussian",
+    "discrete_laplace",
+    "geometric",
+    "permutation",
+    "uniform_integers",
+]
+
+#: Largest scale (or sigma) the samplers accept; larger scales lose the float fast path.
+MAX_SCALE = 2.0**40
+# 64 x the worst-case relative error of log, subtraction and product in float64 (about 2^-50).
+_REL_MARGIN = 2.0**-44
+_TWO_M53 = 2.0**-53
+_BATCH = 1 << 20
+
+
+def _check_size(size: int) -> int:
+    return check_integer("size", size, minimum=0)
+
+
+def _check_scale(name: str, value: float) -> float:
+    scale = check_positive(name, value)
+    if scale > MAX_SCALE:
+        raise InvalidParameterError(name, value, f"must be at most {MAX_SCALE:g} (2**40)")
+    return scale
+
+
+def _refined_log_uniform(words: NDArray[np.uint64]) -> NDArray[np.float64]:
+    """Constant-time mode: ln U from 53 + 53 bits, U = (r + s 2^-53) 2^-53, in fixed work.
+
+    ``words`` holds two words per draw (first half: r, second half: s).
+    """
+    half = words.size // 2
+    high = (words[:half] >> np.uint64(11)).astype(np.float64)
+    low = (words[half:] >> np.uint64(11)).astype(np.float64) * _TWO_M53
+    with np.errstate(divide="ignore"):
+        return np.log(high * _TWO_M53) + np.log1p(low / np.maximum(high, 1.0)) if half else np.empty(0)
+
+
+def _uniform_logs(words: NDArray[np.uint64]) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+    """U's 53-bit prefix r, and float ln of the ends of U's interval [r, r+1) * 2^-53."""
+    prefix = (words >> np.uint64(11)).astype(np.float64)  # exact: < 2^53
+    with np.errstate(divide="ignore"):
+        log_low = np.log(prefix * _TWO_M53)  # -inf when the prefix is 0: always ambiguous
+    log_high = np.log((prefix + 1.0) * _TWO_M53)
+    return prefix, log_low, log_high
+
+
+# ---------------------------------------------------------------------------------------------
+# Threshold counting: M = #{m >= 1 : U < c * exp(-m / t)}  (geometric and discrete Laplace)
+# ---------------------------------------------------------------------------------------------
+
+
+def _count_thresholds(
+    words: NDArray[np.uint64],
+    scale: float,
+    log_c: float,
+    threshold: callable,  # type: ignore[valid-type]
+    source: RandomSource | None,
+) -> NDArray[np.int64]:
+    """Vectorized exact count of thresholds c*q^m (q = e^{-1/scale}) above U.
+
+    With y = scale * (ln c - ln U), the count is ceil(y) - 1 = floor(y) for y > 0. ``source``
+    None means constant-time mode: ambiguous draws keep their float answer.
+    """
+    if source is None:
+        log_u = _refined_log_uniform(words)
+        return np.maximum(np.floor(scale * (log_c - log_u)), 0.0).astype(np.int64)
+    prefix, log_low, log_high = _uniform_logs(words)
+    y_low = scale * (log_c - log_high)
+    y_high = scale * (log_c - log_low)
+    margin = _REL_MARGIN * scale * (abs(log_c) - log_low) + 1e-300
+    low_count = np.maximum(np.floor(y_low - margin), 0.0)
+    high_count = np.maximum(np.floor(y_high + margin), 0.0)
+    counts = low_count.astype(np.int64)
+    ambiguous = np.flatnonzero(low_count != high_count)
+    for index in ambiguous:
+        uniform = LazyUniform(int(words[index]) >> 11, 53, source)
+        m = int(low_count[index])
+        while m >= 1 and not uniform.less_than(threshold(m)):
+            m -= 1
+        while uniform.less_than(threshold(m + 1)):
+            m += 1
+        counts[index] = m
+    return counts
+
+
+def geometric(scale: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False) -> NDArray[np.int64]:
+    """Exact samples of G on {0, 1, 2, ...} with P(G = m) = (1 - q) q^m, q = exp(-1/scale).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> geometric(2.0, 5, rng=InsecureSeededRandom(0)).tolist()
+    [0, 2, 5, 1, 0]
+    """
+    t = _check_scale("scale", scale)
+    n = _check_size(size)
+    source = resolve_source(rng)
+    t_exact = Fraction(t)
+
+    def threshold(m: int) -> Threshold:
+        return exp_neg_interval(Fraction(m) / t_exact)
+
+    words = source.uint64(2 * n if constant_time else n)
+    return _count_thresholds(words, t, 0.0, threshold, None if constant_time else source)
+
+
+def _discrete_laplace_constant(t: float) -> tuple[float, Fraction]:
+    # c = 2 / (1 + e^{-1/t}); ln c via log1p/expm1 keeps full relative accuracy.
+    log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / t))
+    return log_c, Fraction(t)
+
+
+def discrete_laplace(
+    scale: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False
+) -> NDArray[np.int64]:
+    """Exact samples of the discrete Laplace law: P(X = x) = (1 - q)/(1 + q) * q^|x|, q = exp(-1/scale).
+
+    One 64-bit word per sample: its low bit is the sign, its top 53 bits the start of a uniform
+    U, and |X| = #{m >= 1 : U < 2 q^m / (1 + q)} (inverse CDF of |X|).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> discrete_laplace(1.0, 6, rng=InsecureSeededRandom(1)).tolist()
+    [0, 1, 0, 3, -1, 0]
+    """
+    t = _check_scale("scale", scale)
+    n = _check_size(size)
+    source = resolve_source(rng)
+    log_c, t_exact = _discrete_laplace_constant(t)
+    inverse_t = 1 / t_exact
+
+    def threshold(m: int) -> Threshold:
+        return exp_neg_interval(Fraction(m) * inverse_t, Fraction(2), inverse_t)
+
+    out = np.empty(n, dtype=np.int64)
+    for start in range(0, n, _BATCH):
+        stop = min(n, start + _BATCH)
+        words = source.uint64((stop - start) * (2 if constant_time else 1))
+        magnitude = _count_thresholds(words, t, log_c, threshold, None if constant_time else source)
+        negative = (words[: stop - start] & np.uint64(1)).astype(bool)
+        out[start:stop] = np.where(negative, -magnitude, magnitude)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Bernoulli trials
+# ---------------------------------------------------------------------------------------------
+
+
+def _accept_below_exp(
+    words: NDArray[np.uint64],
+    gamma: NDArray[np.float64],
+    gamma_error: NDArray[np.float64],
+    exact_gamma: callable,  # type: ignore[valid-type]
+    source: RandomSource | None,
+) -> NDArray[np.bool_]:
+    """Exact U < exp(-gamma) for each draw; ``gamma_error`` bounds the float error of ``gamma``."""
+    if source is None:
+        return _refined_log_uniform(words) < -gamma
+    _prefix, log_low, log_high = _uniform_logs(words)
+    error_u = _REL_MARGIN * np.abs(log_low) + 1e-300
+    total = error_u + gamma_error
+    sure_accept = log_high + total <= -gamma
+    sure_reject = log_low - total >= -gamma
+    accept = sure_accept.copy()
+    for index in np.flatnonzero(~(sure_accept | sure_reject)):
+        uniform = LazyUniform(int(words[index]) >> 11, 53, source)
+        accept[index] = uniform.less_than(exp_neg_interval(exact_gamma(index)))
+    return accept
+
+
+def bernoulli_exp(x: float | NDArray[np.float64], size: int | None = None, *, rng: RandomSource | None = None) -> NDArray[np.bool_]:
+    """Exact Bernoulli(exp(-x)) trials for x >= 0 (x a scalar with ``size``, or an array).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> bernoulli_exp(0.5, 8, rng=InsecureSeededRandom(2)).astype(int).tolist()
+    [1, 0, 1, 1, 1, 0, 1, 0]
+    """
+    gamma = np.asarray(x, dtype=np.float64)
+    if not np.all(np.isfinite(gamma)) or np.any(gamma < 0):
+        raise InvalidParameterError("x", x, "must be finite and >= 0")
+    if size is not None:
+        if gamma.ndim != 0:
+            raise InvalidParameterError("size", size, "is only allowed with a scalar x")
+        gamma = np.full(_check_size(size), float(gamma))
+    gamma = gamma.ravel()
+    source = resolve_source(rng)
+    words = source.uint64(gamma.size)
+    return _accept_below_exp(words, gamma, np.zeros_like(gamma), lambda i: Fraction(float(gamma[i])), source)
+
+
+def bernoulli_rational(p: Fraction | int | str, size: int, *, rng: RandomSource | None = None) -> NDArray[np.bool_]:
+    """Exact Bernoulli(p) trials for a rational p in [0, 1] (a Fraction, an int or a string like '1/3').
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> bernoulli_rational("1/3", 9, rng=InsecureSeededRandom(3)).astype(int).tolist()
+    [0, 0, 1, 0, 0, 1, 0, 0, 0]
+    """
+    try:
+        probability = Fraction(p) if not isinstance(p, float) else None
+    except (TypeError, ValueError, ZeroDivisionError):
+        probability = None
+    if probability is None or not 0 <= probability <= 1:
+        raise InvalidParameterError("p", p, "must be a rational number in [0, 1] (Fraction, int or 'a/b')")
+    n = _check_size(size)
+    if probability == 1:
+        return np.ones(n, dtype=bool)
+    source = resolve_source(rng)
+    words = source.uint64(n)
+    # U = words / 2^64 + (later bits); U < p is decided unless words == floor(p 2^64).
+    cut = (probability.numerator << 64) // probability.denominator
+    result = words < np.uint64(cut)
+    for index in np.flatnonzero(words == np.uint64(cut)):
+        uniform = LazyUniform(int(words[index]), 64, source)
+        result[index] = uniform.less_than(lambda _precision: (probability, probability))
+    return result
+
+
+# ---------------------------------------------------------------------------------------------
+# Discrete Gaussian (Canonne, Kamath & Steinke 2020, Algorithm 3)
+# ---------------------------------------------------------------------------------------------
+
+
+def discrete_gaussian(
+    sigma: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False
+) -> NDArray[np.int64]:
+    """Exact samples of the discrete Gaussian N_Z(0, sigma^2): P(X = x) proportional to exp(-x^2 / (2 sigma^2)).
+
+    Canonne, Kamath & Steinke (2020), Algorithm 3: draw Y from the discrete Laplace law of
+    scale t = floor(sigma) + 1 and keep it with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
+    Both steps are exact (see the module docstring).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> discrete_gaussian(2.0, 6, rng=InsecureSeededRandom(4)).tolist()
+    [0, 1, -2, 1, 0, -3]
+    """
+    sig = _check_scale("sigma", sigma)
+    n = _check_size(size)
+    source = resolve_source(rng)
+    t = math.floor(sig) + 1
+    sigma_sq = sig * sig
+    sigma_sq_exact = Fraction(sig) ** 2
+    shift = sigma_sq / t
+    shift_exact = sigma_sq_exact / t
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    acceptance = 0.5
+    while filled < n:
+        wanted = n - filled
+        batch = min(_BATCH, int(wanted / acceptance * 1.05) + 64)
+        candidates = discrete_laplace(float(t), batch, rng=source, constant_time=constant_time)
+        magnitude = np.abs(candidates).astype(np.float64)
+        distance = magnitude - shift
+        gamma = distance * distance / (2.0 * sigma_sq)
+        gamma_error = _REL_MARGIN * ((magnitude + shift) ** 2 / (2.0 * sigma_sq) + gamma) + 1e-300
+
+        def exact_gamma(index: int, _c: NDArray[np.int64] = candidates) -> Fraction:
+            d = abs(int(_c[index])) - shift_exact
+            return d * d / (2 * sigma_sq_exact)
+
+        accept = _accept_below_exp(
+            source.uint64(batch * (2 if constant_time else 1)), gamma, gamma_error, exact_gamma, None if constant_time else source
+        )
+        kept = candidates[accept][:wanted]
+        out[filled : filled + kept.size] = kept
+        filled += kept.size
+        acceptance = max(0.05, float(accept.mean())) if batch else acceptance
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Uniform choices
+# ---------------------------------------------------------------------------------------------
+
+
+def uniform_integers(upper: int, size: int, *, rng: RandomSource | None = None) -> NDArray[np.int64]:
+    """Exact uniform integers in {0, ..., upper - 1} (rejection sampling on 64-bit words).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> uniform_integers(6, 5, rng=InsecureSeededRandom(5)).tolist()
+    [4, 1, 3, 3, 0]
+    """
+    k = check_integer("upper", upper, minimum=1)
+    if k > 2**62:
+        raise InvalidParameterError("upper", upper, "must be at most 2**62")
+    n = _check_size(size)
+    source = resolve_source(rng)
+    limit = np.uint64((2**64 // k) * k - 1)  # accept words <= limit: an exact multiple of k values
+    out = np.empty(n, dtype=np.int64)
+    filled = 0
+    while filled < n:
+        words = source.uint64(n - filled + 8)
+        good = words[words <= limit][: n - filled]
+        out[filled : filled + good.size] = (good % np.uint64(k)).astype(np.int64)
+        filled += good.size
+    return out
+
+
+def permutation(n: int, *, rng: RandomSource | None = None) -> NDArray[np.int64]:
+    """An exactly uniform random permutation of 0..n-1 (sort by random 64-bit keys; redraw on ties)."""
+    count = check_integer("n", n, minimum=0)
+    source = resolve_source(rng)
+    while True:
+        keys = source.uint64(count)
+        order = np.argsort(keys, kind="stable")
+        if count < 2 or np.all(np.diff(keys[order]) != 0):
+            return order.astype(np.int64)
+
+
+def constant_time_tv_bound(scale: float, kind: str = "discrete_laplace") -> float:
+    """Upper bound on the total-variation distance, per output, of constant-time sampling from exact.
+
+    In constant-time mode each decision uses ln U computed from 106 random bits in fixed work,
+    with relative error below the margin m = 2^-44. A decision can differ from the exact one
+    only if U < 2^-40 (probability 2^-40) or the exact statistic lies within the float error
+    of a threshold:
+    - counting (geometric, discrete Laplace): y = t (ln c - ln U) has density at most 1/t and is
+      off by at most w = m t (|ln c| + 40 ln 2); summing over the integers gives
+      2 w c e^{w/t} (1 + 1/t).
+    - an acceptance test U < exp(-gamma): ln U and gamma are off by at most
+      w = m (40 ln 2 + 3 gamma + 1); P(|ln U + gamma| <= w) <= 2 w e^w. For the discrete
+      Gaussian, gamma <= (|Y| + sigma)^2 / (2 sigma^2) is bounded in expectation by
+      (2 E[Y^2] + 2 sigma^2) / (2 sigma^2) <= 1 + 4 t^2 / sigma^2 <= 17, and at most 4 candidates are
+      drawn per output on average (acceptance >= 1/4, Canonne et al. 2020, Sec. 5).
+    """
+    t = _check_scale("scale", scale)
+    if kind not in ("discrete_laplace", "geometric", "discrete_gaussian"):
+        raise InvalidParameterError("kind", kind, "must be 'discrete_laplace', 'geometric' or 'discrete_gaussian'")
+    tail = 2.0**-40
+    if kind == "geometric":
+        log_c = 0.0
+    else:
+        laplace_scale = float(math.floor(t) + 1) if kind == "discrete_gaussian" else t
+        log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / laplace_scale))
+        t = laplace_scale
+    window = _REL_MARGIN * t * (abs(log_c) + 40 * math.log(2.0))
+    per_draw = tail + 2 * window * math.exp(log_c) * math.exp(window / t) * (1 + 1 / t)
+    if kind == "discrete_gaussian":
+        accept_window = _REL_MARGIN * (40 * math.log(2.0) + 3 * 17 + 1)
+        per_draw = 4 * (per_draw + tail + 2 * accept_window * math.exp(accept_window))
+    return min(1.0, per_draw)

@@ -1,0 +1,340 @@
+"""The exponential mechanism (McSherry & Talwar 2007), sampled exactly on a public score grid.
+
+Selection mechanisms release one element of a finite candidate set, chosen to have a high
+score s(D, o), where the score of every candidate moves by at most the sensitivity Delta
+between neighbouring datasets. This module holds the exponential mechanism and the pieces the
+other selection mechanisms (:mod:`.noisy_max`, :mod:`.sparse_vector`) share:
+
+Floating-point safety (Mironov 2012; Ilvento 2020, "Implementing the exponential mechanism
+with base-2 differential privacy"). A textbook implementation computes softmax weights in
+float and samples with a float CDF; the released law is then only close to the one the proof
+is about, and the gap can be exploited. Here:
+
+1. Scores are rounded to the public grid 2^k (k from the sensitivity and the noise scale only,
+   :func:`dpkit.noise.grid_exponent`) and handled as integers n_o. Rounding moves a score by at
+   most half a grid step, so neighbouring integer scores differ by at most
+   ``U = floor(Delta / 2^k) + 1`` grid units: the mechanism is calibrated to the effective
+   sensitivity ``U * 2^k <= Delta + 2^k`` (about one part in a million above Delta).
+2. The mechanism is run on the gaps ``m_o = min(n_max - n_o, cap)``, integers. Subtracting the
+   common n_max changes no selection law, and ``max(n_o, n_max - cap)`` is itself a score of
+   sensitivity U (a maximum of U-sensitive functions), so clamping keeps the privacy proof
+   intact; the cap only touches candidates whose weight is below e^-1024.
+3. Weights are ``exp(-rate * m_o)`` with ``rate`` a float rounded *down* from
+   epsilon / (2U) (epsilon / U for monotonic scores), so the effective epsilon never exceeds
+   the stated one. Each Bernoulli(exp(-rate * m)) is drawn exactly, as the product of exact
+   Bernoulli(exp(-rate * 2^j)) trials over the set bits j of m (``rate * 2^j`` is an exact float).
+
+The released law is therefore exactly an exponential mechanism with epsilon at most the stated
+one, with no floating-point gap.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from dpkit._errors import InternalError, InvalidParameterError
+from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
+from dpkit.events import PrivacyEvent, PureDPEvent
+from dpkit.guarantees import PureDP
+from dpkit.mechanisms._base import Mechanism
+from dpkit.noise import RandomSource, bernoulli_exp, grid_exponent, resolve_source, uniform_integers
+
+__all__ = ["Exponential"]
+
+# Gaps are clamped where the weight exp(-rate * gap) falls below e^-_CLAMP_NATS.
+_CLAMP_NATS = 1024
+# Integer gaps stay below 2^52, so float differences of integer-valued scores are exact.
+_MAX_GAP = 2**52
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared by the selection mechanisms
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SelectionGrid:
+    """The public grid 2^exponent on which scores (or query answers) are handled as integers."""
+
+    sensitivity: float
+    exponent: int
+
+    @classmethod
+    def for_noise(cls, sensitivity: float, noise_scale: float) -> SelectionGrid:
+        """The grid for a score of this sensitivity and a noise (or 1 / rate) of this scale."""
+        return cls(sensitivity, grid_exponent(sensitivity, noise_scale))
+
+    def units(self, distance: float) -> int:
+        """Most grid units two snapped values can differ by when the raw values differ by ``distance``."""
+        return math.floor(Fraction(distance) / Fraction(2) ** self.exponent) + 1
+
+    @property
+    def sensitivity_units(self) -> int:
+        """U = floor(Delta / 2^k) + 1: the sensitivity of the snapped scores, in grid units."""
+        return self.units(self.sensitivity)
+
+    def snap(self, name: str, values: NDArray[Any]) -> NDArray[np.float64]:
+        """Integer-valued floats rint(values / 2^k) (ldexp and rint are exact)."""
+        units = np.rint(np.ldexp(np.asarray(values, dtype=np.float64), -self.exponent))
+        if not np.all(np.isfinite(units)):
+            raise InvalidParameterError(name, values, "is too large for the score grid of this sensitivity")
+        return units
+
+
+def check_scores(scores: Any, name: str = "scores") -> NDArray[Any]:
+    """A non-empty 1-D array of finite real numbers (integers must be below 2^53 in magnitude)."""
+    array = check_data(name, scores)
+    if array.ndim != 1 or array.size == 0:
+        raise InvalidParameterError(name, scores, "must be a non-empty 1-D array of finite numbers")
+    if array.dtype.kind in "iu" and (array.max() >= 2**53 or array.min() <= -(2**53)):
+        raise InvalidParameterError(name, scores, "integer scores must be below 2**53 in magnitude")
+    return array
+
+
+def check_candidates(candidates: Any) -> tuple[Any, ...] | None:
+    """None, or a non-empty sequence of labels (returned instead of indices)."""
+    if candidates is None:
+        return None
+    if isinstance(candidates, str | bytes) or not isinstance(candidates, Sequence | np.ndarray):
+        raise InvalidParameterError("candidates", candidates, "must be None or a non-empty sequence of labels")
+    labels = tuple(candidates)
+    if not labels:
+        raise InvalidParameterError("candidates", candidates, "must be None or a non-empty sequence of labels")
+    return labels
+
+
+def check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParameterError(name, value, "must be True or False")
+    return value
+
+
+def rate_down(value: Fraction) -> float:
+    """The largest float <= value (a rate that must not exceed its exact value)."""
+    rate = float(value)
+    if Fraction(rate) > value:
+        rate = math.nextafter(rate, 0.0)
+    return rate
+
+
+def scale_up(value: Fraction) -> float:
+    """The smallest float >= value (a noise scale that must not fall below its exact value)."""
+    scale = float(value)
+    if Fraction(scale) < value:
+        scale = math.nextafter(scale, math.inf)
+    return scale
+
+
+def gaps_below_max(units: NDArray[np.float64], cap: int) -> NDArray[np.int64]:
+    """min(n_max - n_o, cap) as exact integers.
+
+    n_max - n_o is an integer; when it is at most cap <= 2^52 it is representable, so the float
+    subtraction is exact; when it is larger, rounding (monotone) keeps it >= cap.
+    """
+    if not 0 <= cap <= _MAX_GAP:
+        raise InternalError(f"gap cap {cap} outside [0, 2**52]")
+    return np.minimum(units.max() - units, float(cap)).astype(np.int64)
+
+
+def bernoulli_exp_multiple(rate: float, multiples: NDArray[np.int64], rng: RandomSource) -> NDArray[np.bool_]:
+    """Exact, independent Bernoulli(exp(-rate * m)) trials, one per integer m >= 0.
+
+    exp(-rate m) is the product over the set bits j of m of exp(-rate 2^j); ``rate * 2^j`` is an
+    exact float (ldexp), so each factor is an exact :func:`dpkit.noise.bernoulli_exp` trial.
+    High bits go first: they reject most proposals, and a rejected one needs no more trials.
+    """
+    multiples = np.asarray(multiples, dtype=np.int64)
+    accept = np.ones(multiples.size, dtype=bool)
+    top = int(multiples.max()).bit_length() if multiples.size else 0
+    for bit in reversed(range(top)):
+        chosen = np.flatnonzero(accept & ((multiples >> bit) & 1).astype(bool))
+        if chosen.size:
+            accept[chosen] = bernoulli_exp(np.full(chosen.size, math.ldexp(rate, bit)), rng=rng)
+    return accept
+
+
+def clamp_cap(rate: float) -> int:
+    """Gap beyond which weights exp(-rate * gap) < e^-1024 are clamped (see the module docstring)."""
+    cap = math.ceil(Fraction(_CLAMP_NATS) / Fraction(rate))
+    if cap > _MAX_GAP:
+        raise InternalError(f"rate {rate} too small for the score grid")
+    return cap
+
+
+def sample_exponential(gaps: NDArray[np.int64], rate: float, count: int, rng: RandomSource) -> NDArray[np.int64]:
+    """``count`` independent indices o with P(o) proportional to exp(-rate * gaps[o]), exactly.
+
+    Rejection sampling: propose o uniformly, accept with probability exp(-rate * gaps[o]) (at most
+    1, equal to 1 at the maximum). Accepted proposals are independent draws from the target law.
+    The expected number of proposals per draw is at most the number of candidates.
+    """
+    n = gaps.size
+    out = np.empty(count, dtype=np.int64)
+    filled = 0
+    acceptance = 1.0 / n
+    while filled < count:
+        batch = int(min(1 << 20, max(64, (count - filled) / acceptance * 1.2)))
+        proposals = uniform_integers(n, batch, rng=rng)
+        accepted = proposals[bernoulli_exp_multiple(rate, gaps[proposals], rng)]
+        taken = accepted[: count - filled]
+        out[filled : filled + taken.size] = taken
+        filled += taken.size
+        acceptance = max(acceptance, accepted.size / batch)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The exponential mechanism
+# ---------------------------------------------------------------------------------------------
+
+
+class Exponential(Mechanism):
+    """The exponential mechanism: release o with probability proportional to exp(epsilon s(D, o) / (2 Delta)).
+
+    McSherry & Talwar (2007); Dwork & Roth (2014), Def. 3.4 and Thm. 3.10: epsilon-DP for a
+    score whose value for every candidate moves by at most ``sensitivity`` between neighbours.
+    With ``monotonic=True`` (scores of all candidates move in the same direction between
+    neighbours, e.g. counts) the exponent is epsilon s / Delta, still epsilon-DP (the ratio of
+    normalising constants then costs nothing; McSherry & Talwar 2007).
+
+    Exactness: scores are rounded to a public grid of 2^k and calibrated to the effective
+    sensitivity floor(Delta / 2^k) 2^k + 2^k <= Delta + 2^k; sampling is exact rejection
+    sampling (uniform proposal, exact Bernoulli(exp(-x)) acceptance), so the released law is
+    exactly the one :meth:`probabilities` reports and its epsilon is at most ``epsilon``. The
+    running time (number of proposals) depends on the scores: a timing side channel, as for any
+    rejection sampler.
+
+    Parameters: ``sensitivity`` (Delta > 0), ``epsilon`` (> 0), ``candidates`` (optional
+    labels, returned instead of indices), ``monotonic``.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> mechanism = Exponential(sensitivity=1.0, epsilon=1.0, candidates=["a", "b", "c"])
+    >>> mechanism.guarantee
+    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    >>> mechanism.release([1.0, 10.0, 2.0], rng=InsecureSeededRandom(0))
+    'b'
+    >>> mechanism.probabilities([1.0, 10.0, 2.0]).round(4).tolist()
+    [0.0108, 0.9714, 0.0178]
+    """
+
+    def __init__(
+        self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None = None, monotonic: bool = False
+    ) -> None:
+        self._sensitivity = check_positive("sensitivity", sensitivity)
+        self._epsilon = check_epsilon(epsilon)
+        self._candidates = check_candidates(candidates)
+        self._monotonic = check_flag("monotonic", monotonic)
+        warn_if_risky(self._epsilon)
+        factor = 1 if self._monotonic else 2
+        # 1 / rate (in score units) plays the part of the noise scale when choosing the grid.
+        self._grid = SelectionGrid.for_noise(self._sensitivity, factor * self._sensitivity / self._epsilon)
+        self._epsilon_exact = as_fraction(self._epsilon)
+        self._rate = rate_down(self._epsilon_exact / (factor * self._grid.sensitivity_units))
+        self._cap = clamp_cap(self._rate)
+
+    @property
+    def sensitivity(self) -> float:
+        return self._sensitivity
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def candidates(self) -> tuple[Any, ...] | None:
+        return self._candidates
+
+    @property
+    def monotonic(self) -> bool:
+        return self._monotonic
+
+    @property
+    def grid_exponent(self) -> int:
+        """k: scores are rounded to multiples of 2^k before selection."""
+        return self._grid.exponent
+
+    @property
+    def effective_sensitivity(self) -> float:
+        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the rate is calibrated to."""
+        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
+
+    @property
+    def guarantee(self) -> PureDP:
+        return PureDP(self._epsilon)
+
+    @property
+    def event(self) -> PrivacyEvent:
+        return PureDPEvent(self._epsilon)
+
+    def privacy_map(self, d_in: float) -> PureDP:
+        """epsilon * u(d_in) / u(Delta) where u(d) = floor(d / 2^k) + 1 (grid units after rounding).
+
+        This is epsilon d_in / Delta up to the grid (a few parts in a million above it for
+        d_in < Delta, exact at d_in = Delta), rounded toward safety.
+        """
+        distance = check_positive("d_in", d_in)
+        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
+
+    def _gaps(self, scores: Any) -> NDArray[np.int64]:
+        array = check_scores(scores)
+        if self._candidates is not None and array.size != len(self._candidates):
+            raise InvalidParameterError(
+                "scores", scores, f"must have one score per candidate ({len(self._candidates)})"
+            )
+        return gaps_below_max(self._grid.snap("scores", array), self._cap)
+
+    def _label(self, index: int) -> Any:
+        return index if self._candidates is None else self._candidates[index]
+
+    def probabilities(self, scores: Any) -> NDArray[np.float64]:
+        """The exact output law of :meth:`release` for these scores, as floats (computed stably).
+
+        For tests and analysis only: the probabilities depend on the private scores.
+        """
+        gaps = self._gaps(scores)
+        weights = np.exp(-self._rate * gaps.astype(np.float64))  # the maximum has weight 1
+        return weights / weights.sum()
+
+    def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
+        """One candidate (index, or label when ``candidates`` was given) for the score vector ``value``."""
+        gaps = self._gaps(value)
+        source = resolve_source(rng)
+        return self._label(int(sample_exponential(gaps, self._rate, 1, source)[0]))
+
+    def utility_bound(self, num_candidates: int, t: float, num_optimal: int = 1) -> float:
+        """Gap g with P[s(output) <= OPT - g] <= e^-t (the utility theorem, seed 000; Dwork & Roth Thm. 3.11).
+
+        The textbook gap is (2 Delta / epsilon)(ln(|O| / |O*|) + t), with |O*| the number of
+        candidates of optimal score. This returns the gap that holds for the released law:
+        Delta replaced by the effective sensitivity, plus one grid step for the rounding of the
+        scores (a relative increase of about 1e-6). Requires ln(|O| / |O*|) + t <= 1024 (the
+        clamping of negligible weights).
+
+        >>> round(Exponential(1.0, 1.0).utility_bound(100, t=3.0), 3)
+        15.21
+        """
+        n = check_integer("num_candidates", num_candidates, minimum=1)
+        optimal = check_integer("num_optimal", num_optimal, minimum=1)
+        if optimal > n:
+            raise InvalidParameterError("num_optimal", num_optimal, f"must be at most num_candidates ({n})")
+        tail = check_positive("t", t)
+        log_ratio = math.log(n / optimal)
+        if log_ratio + tail > _CLAMP_NATS:
+            raise InvalidParameterError("t", t, f"ln(num_candidates / num_optimal) + t must be at most {_CLAMP_NATS}")
+        # P[n_out <= n_max - g] <= (|O| / |O*|) e^{-rate g} for the snapped scores; the rounding
+        # of scores to the grid costs one more grid step between real and snapped gaps.
+        gap_units = (log_ratio + tail) / self._rate + 1.0
+        return math.nextafter(math.ldexp(gap_units, self._grid.exponent), math.inf)
+
+    def __repr__(self) -> str:
+        return (
+            f"Exponential(sensitivity={self._sensitivity}, epsilon={self._epsilon}, "
+            f"candidates={self._candidates!r}, monotonic={self._monotonic})"
+        )

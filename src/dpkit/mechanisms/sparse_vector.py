@@ -1,0 +1,226 @@
+"""The sparse vector technique: answer "above or below the threshold?" for a stream of queries.
+
+Only the queries found above a (noisy) threshold cost privacy: a run answers any number of
+queries and stops after ``max_positives`` (c) positive answers, for epsilon in total.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
+from dpkit.events import PrivacyEvent, PureDPEvent
+from dpkit.guarantees import PureDP
+from dpkit.mechanisms._base import Mechanism
+from dpkit.mechanisms.exponential import SelectionGrid, check_flag, check_scores, scale_up
+from dpkit.noise import RandomSource, discrete_laplace, resolve_source
+
+__all__ = ["SparseVector", "SparseVectorRun"]
+
+# Query answers minus the threshold are clipped to +-2^52 grid units (a 1-Lipschitz map, so the
+# sensitivity is kept), which keeps the integer arithmetic exact.
+_CLIP = 2.0**52
+
+
+class SparseVector(Mechanism):
+    """Sparse vector (AboveThreshold for c = 1): report which queries exceed a threshold, up to c of them.
+
+    The version of Lyu, Su & Li (2017), "Understanding the sparse vector technique for
+    differential privacy" (PVLDB), Alg. 1 and Thm. 2; AboveThreshold is Dwork & Roth (2014),
+    Alg. 1. With epsilon_1 = epsilon_2 = epsilon / 2: the threshold gets noise rho of scale
+    Delta / epsilon_1, drawn once per run (not redrawn after a positive), and each query
+    noise nu_i of scale 2 c Delta / epsilon_2 (c Delta / epsilon_2 when ``monotonic=True``:
+    all queries move in the same direction between neighbours). Query i is reported above
+    when q_i + nu_i >= T + rho. After c positive answers the run refuses further queries.
+    Queries may be chosen adaptively. Guarantee: epsilon-DP for a whole run, whatever the
+    number of negative answers.
+
+    Exactness: answers and threshold are rounded to the public grid 2^k (k from the
+    sensitivity and the noise scale), the noises are exact discrete Laplace draws in grid units
+    with scales rounded up from the formulas above with Delta replaced by U = floor(Delta / 2^k)
+    + 1 grid units, and comparisons are integer comparisons. Lyu et al.'s proof carries over
+    to integers unchanged: fixing the noise of the negative queries, a shift of rho by U costs
+    e^{epsilon_1} and keeps every negative answer negative on the neighbour, and a shift of each
+    positive query's noise by 2U (U when monotonic) costs e^{epsilon_2 / c} and keeps it
+    positive; all shifts are by whole grid units and the discrete Laplace law of scale t
+    satisfies p(z) <= e^{d / t} p(z + d).
+
+    Use: ``release(answers)`` runs a fresh run over a list of answers and returns the answers up
+    to and including the c-th positive; interactively, ``run = mechanism.start()`` then
+    ``run.process(answer)`` (``mechanism.process`` forwards to the run last started). Every
+    run costs epsilon.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> mechanism = SparseVector(sensitivity=1.0, epsilon=1.0, threshold=50.0, max_positives=2)
+    >>> mechanism.release([3.0, 80.0, 10.0, 95.0, 99.0], rng=InsecureSeededRandom(0))
+    [False, True, False, True]
+    """
+
+    def __init__(
+        self,
+        sensitivity: float,
+        epsilon: float,
+        threshold: float,
+        max_positives: int = 1,
+        monotonic: bool = False,
+    ) -> None:
+        self._sensitivity = check_positive("sensitivity", sensitivity)
+        self._epsilon = check_epsilon(epsilon)
+        threshold_array = check_data("threshold", threshold)
+        if threshold_array.ndim != 0:
+            raise InvalidParameterError("threshold", threshold, "must be a single finite real number")
+        self._threshold = float(threshold_array)
+        self._max_positives = check_integer("max_positives", max_positives, minimum=1)
+        self._monotonic = check_flag("monotonic", monotonic)
+        warn_if_risky(self._epsilon)
+        self._epsilon_exact = as_fraction(self._epsilon)
+        threshold_share = self._epsilon_exact / 2
+        query_share = self._epsilon_exact - threshold_share
+        factor = (1 if self._monotonic else 2) * self._max_positives
+        self._grid = SelectionGrid.for_noise(self._sensitivity, factor * self._sensitivity / float(query_share))
+        units = self._grid.sensitivity_units
+        self._threshold_scale = scale_up(units / threshold_share)
+        self._query_scale = scale_up(factor * units / query_share)
+        self._threshold_units = float(self._grid.snap("threshold", np.asarray([self._threshold]))[0])
+        self._current: SparseVectorRun | None = None
+
+    @property
+    def sensitivity(self) -> float:
+        return self._sensitivity
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def threshold(self) -> float:
+        return self._threshold
+
+    @property
+    def max_positives(self) -> int:
+        return self._max_positives
+
+    @property
+    def monotonic(self) -> bool:
+        return self._monotonic
+
+    @property
+    def grid_exponent(self) -> int:
+        """k: answers and threshold are rounded to multiples of 2^k."""
+        return self._grid.exponent
+
+    @property
+    def threshold_noise_scale_units(self) -> float:
+        """Scale of the threshold's discrete Laplace noise, in grid units (>= U / (epsilon / 2))."""
+        return self._threshold_scale
+
+    @property
+    def query_noise_scale_units(self) -> float:
+        """Each query's discrete Laplace noise scale, grid units: >= 2cU / (eps / 2) (cU / (eps / 2) if monotonic)."""
+        return self._query_scale
+
+    @property
+    def effective_sensitivity(self) -> float:
+        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the noise is calibrated to."""
+        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
+
+    @property
+    def guarantee(self) -> PureDP:
+        """The cost of one whole run (any number of queries, at most c positives)."""
+        return PureDP(self._epsilon)
+
+    @property
+    def event(self) -> PrivacyEvent:
+        return PureDPEvent(self._epsilon)
+
+    def privacy_map(self, d_in: float) -> PureDP:
+        """epsilon * u(d_in) / u(Delta), u(d) = floor(d / 2^k) + 1: epsilon d_in / Delta up to the grid, rounded up."""
+        distance = check_positive("d_in", d_in)
+        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
+
+    def start(self, *, rng: RandomSource | None = None) -> SparseVectorRun:
+        """Begin a new run (draws the threshold noise; costs epsilon) and make it the current one."""
+        run = SparseVectorRun(self, resolve_source(rng))
+        self._current = run
+        return run
+
+    def process(self, query_answer: Any) -> bool:
+        """Answer one query in the run last started by :meth:`start`."""
+        if self._current is None:
+            raise InvalidParameterError("query_answer", query_answer, "no run started: call start() first")
+        return self._current.process(query_answer)
+
+    def release(self, value: Any, *, rng: RandomSource | None = None) -> list[bool]:
+        """A fresh run over the answers ``value``: the above/below answers up to the c-th positive.
+
+        All answers are validated before any noise is drawn. Costs epsilon.
+        """
+        answers = check_scores(value, "query_answers")
+        run = SparseVectorRun(self, resolve_source(rng))
+        results: list[bool] = []
+        for answer in answers:
+            results.append(run.process(answer))
+            if run.exhausted:
+                break
+        return results
+
+    def __repr__(self) -> str:
+        return (
+            f"SparseVector(sensitivity={self._sensitivity}, epsilon={self._epsilon}, threshold={self._threshold}, "
+            f"max_positives={self._max_positives}, monotonic={self._monotonic})"
+        )
+
+
+class SparseVectorRun:
+    """One run of a :class:`SparseVector`: holds the noisy threshold and the count of positives."""
+
+    def __init__(self, mechanism: SparseVector, rng: RandomSource) -> None:
+        self._mechanism = mechanism
+        self._rng = rng
+        self._threshold_noise = int(discrete_laplace(mechanism._threshold_scale, 1, rng=rng)[0])
+        self._positives = 0
+        self._answered = 0
+
+    @property
+    def positives(self) -> int:
+        """Number of positive answers given so far."""
+        return self._positives
+
+    @property
+    def answered(self) -> int:
+        """Number of queries answered so far."""
+        return self._answered
+
+    @property
+    def exhausted(self) -> bool:
+        """True once c positive answers were given: the run answers no more queries."""
+        return self._positives >= self._mechanism._max_positives
+
+    def process(self, query_answer: Any) -> bool:
+        """True when the noisy answer is at or above the noisy threshold."""
+        mechanism = self._mechanism
+        if self.exhausted:
+            raise InvalidParameterError(
+                "query_answer",
+                query_answer,
+                f"this sparse vector run already gave its {mechanism._max_positives} positive answer(s) "
+                "(max_positives) and answers no more queries; start a new run, which costs another epsilon",
+            )
+        value = check_data("query_answer", query_answer)
+        if value.ndim != 0 or (value.dtype.kind in "iu" and abs(int(value)) >= 2**53):
+            raise InvalidParameterError(
+                "query_answer", query_answer, "must be a single finite real number (|x| < 2**53)"
+            )
+        units = mechanism._grid.snap("query_answer", np.asarray([value], dtype=np.float64))[0]
+        # (q - T) in grid units, clipped to +-2^52: exact as an integer, and 1-Lipschitz in q.
+        relative = int(np.clip(units - mechanism._threshold_units, -_CLIP, _CLIP))
+        noise = int(discrete_laplace(mechanism._query_scale, 1, rng=self._rng)[0])
+        above = relative + noise >= self._threshold_noise
+        self._answered += 1
+        if above:
+            self._positives += 1
+        return bool(above)

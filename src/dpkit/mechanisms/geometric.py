@@ -1,0 +1,393 @@
+"""Integer-valued noise for integer queries: the discrete Laplace and (truncated) geometric mechanisms.
+
+A count is an integer, and the Laplace mechanism turns it into a real number (seed 000 notes
+that this is "peu satisfaisant" and points to truncated geometric laws instead). Adding
+two-sided geometric noise keeps the answer an integer with the same pure-DP guarantee:
+
+- :class:`DiscreteLaplace` adds Z with P(Z = z) = (1 - q) / (1 + q) q^|z|, q = exp(-1 / scale),
+  scale >= Delta / epsilon. For neighbours whose answers differ by a (|a| <= Delta),
+  P(Z = z) / P(Z = z + a) = q^(|z| - |z + a|) <= exp(|a| / scale) <= exp(epsilon).
+- :class:`Geometric` is the geometric mechanism of Ghosh, Roughgarden & Sundararajan (2009,
+  "Universally utility-maximizing privacy mechanisms"): the two-sided geometric law with
+  alpha = exp(-epsilon / Delta), which is the discrete Laplace law above. Given public bounds
+  [lower, upper] it is their *truncated* geometric mechanism: the noisy answer is clamped to
+  the range, i.e. the mass beyond each end is piled on that end. Clamping is post-processing,
+  so the guarantee is unchanged; :meth:`Geometric.output_distribution` gives the exact law.
+
+The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace` (no floating-point gap).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import (
+    as_fraction,
+    check_data,
+    check_epsilon,
+    check_integer,
+    check_positive,
+    warn_if_risky,
+)
+from dpkit.events import DiscreteLaplaceEvent
+from dpkit.guarantees import ApproxDP, PureDP, round_up
+from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.noise import MAX_SCALE, RandomSource, constant_time_tv_bound, discrete_laplace, resolve_source
+
+__all__ = ["DiscreteLaplace", "Geometric", "check_integer_sensitivity"]
+
+
+def check_integer_sensitivity(value: Any, name: str = "sensitivity") -> int:
+    """An integer sensitivity >= 1 (an integral float such as 2.0 is accepted; 1.5, NaN, inf are not)."""
+    allowed = "must be an integer >= 1 (integer-valued queries move by whole units)"
+    if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+        raise InvalidParameterError(name, value, allowed)
+    as_float = float(value)
+    if not math.isfinite(as_float) or as_float != math.floor(as_float) or as_float < 1:
+        raise InvalidParameterError(name, value, allowed)
+    return int(as_float)
+
+
+def _check_flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidParameterError(name, value, "must be True or False")
+    return value
+
+
+def _scale_up(value: Fraction) -> float:
+    """The smallest float >= value (a noise scale must never fall below its exact value)."""
+    scale = float(value)
+    if Fraction(scale) < value:
+        scale = math.nextafter(scale, math.inf)
+    return scale
+
+
+def _as_output(array: NDArray[np.int64], scalar: bool) -> Any:
+    return int(array.reshape(-1)[0]) if scalar else array
+
+
+class DiscreteLaplace(NumericMechanism):
+    """Add discrete Laplace noise to an integer query: epsilon-DP, integer output.
+
+    Releases x + Z with P(Z = z) = (1 - q) / (1 + q) q^|z|, q = exp(-1 / scale), scale the
+    smallest float >= sensitivity / epsilon. Guarantee: ``PureDP(epsilon)`` (add/remove
+    neighbours) for queries of integer L1 sensitivity ``sensitivity`` (vectors: the L1 norm of
+    the change; each coordinate gets independent noise). Reference: Ghosh, Roughgarden &
+    Sundararajan (2009); Canonne, Kamath & Steinke (2020), Sec. 2 (the same law, as "discrete
+    Laplace").
+
+    ``constant_time=True`` draws every sample with fixed work (no timing side channel from the
+    rare exact refinement step). Those samples are within total variation
+    tau = :func:`dpkit.noise.constant_time_tv_bound` (scale) of the exact law per coordinate, so
+    the guarantee becomes ``ApproxDP(epsilon, (1 + e^epsilon) * dimension * tau)``: if the ideal
+    mechanism is (epsilon, 0)-DP and the real one is within tau' in total variation,
+    P[M(x) in S] <= e^eps P[M(x') in S] + (1 + e^eps) tau'. ``dimension`` (default 1) is the
+    largest number of coordinates one release may have in that mode.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> mechanism = DiscreteLaplace(sensitivity=1, epsilon=1.0)
+    >>> mechanism.guarantee
+    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    >>> mechanism.release(42, rng=InsecureSeededRandom(0))
+    42
+    >>> mechanism.confidence_interval(0.05)
+    (-3.0, 3.0)
+    """
+
+    def __init__(self, sensitivity: int, epsilon: float, *, constant_time: bool = False, dimension: int = 1) -> None:
+        self._sensitivity = check_integer_sensitivity(sensitivity)
+        self._epsilon = check_epsilon(epsilon)
+        self._constant_time = _check_flag("constant_time", constant_time)
+        self._dimension = check_integer("dimension", dimension, minimum=1)
+        warn_if_risky(self._epsilon)
+        self._epsilon_exact = as_fraction(self._epsilon)
+        # Rounded up: q^{-Delta} = exp(Delta / scale) <= exp(epsilon) for the exact epsilon claimed.
+        self._scale = _scale_up(Fraction(self._sensitivity) / self._epsilon_exact)
+        if self._scale > MAX_SCALE:
+            raise InvalidParameterError(
+                "epsilon", epsilon, f"gives noise scale {self._scale:g} above the sampler's limit {MAX_SCALE:g}"
+            )
+
+    # -- parameters --------------------------------------------------------------------------
+
+    @property
+    def sensitivity(self) -> int:
+        return self._sensitivity
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def scale(self) -> float:
+        """The noise scale t (q = exp(-1/t)); the smallest float >= sensitivity / epsilon."""
+        return self._scale
+
+    @property
+    def q(self) -> float:
+        """q = exp(-1 / scale): P(Z = z) is proportional to q^|z|."""
+        return math.exp(-1.0 / self._scale)
+
+    @property
+    def constant_time(self) -> bool:
+        return self._constant_time
+
+    # -- privacy -----------------------------------------------------------------------------
+
+    def _timing_delta(self, epsilon: Fraction) -> Fraction:
+        tau = constant_time_tv_bound(self._scale, "discrete_laplace")
+        return Fraction(round_up((1.0 + math.exp(float(epsilon))) * self._dimension * tau, 8))
+
+    def privacy_map(self, d_in: float) -> PureDP | ApproxDP:  # type: ignore[override]
+        """epsilon * d_in / sensitivity (the ratio bound exp(d_in / scale) is at most that).
+
+        In constant-time mode, plus the delta of the constant-time samplers (class docstring).
+        """
+        distance = as_fraction(check_positive("d_in", d_in))
+        epsilon = self._epsilon_exact * distance / self._sensitivity
+        if not self._constant_time:
+            return PureDP(epsilon)  # type: ignore[arg-type]
+        delta = self._timing_delta(epsilon)
+        if delta >= 1:
+            raise InvalidParameterError("d_in", d_in, "is so large that the constant-time delta reaches 1")
+        return ApproxDP(epsilon, delta)  # type: ignore[arg-type]
+
+    @property
+    def guarantee(self) -> PureDP | ApproxDP:  # type: ignore[override]
+        return self.privacy_map(self._sensitivity)
+
+    @property
+    def event(self) -> DiscreteLaplaceEvent:
+        return DiscreteLaplaceEvent(self._scale, self._sensitivity)
+
+    # -- release -----------------------------------------------------------------------------
+
+    def _check_values(self, value: Any) -> NDArray[np.int64]:
+        array = check_data("value", value, integer=True).astype(np.int64)
+        if np.any(np.abs(array) >= 2**62):
+            raise InvalidParameterError("value", value, "must contain integers with |value| < 2**62")
+        if self._constant_time and array.size > self._dimension:
+            raise InvalidParameterError(
+                "value", value, f"has {array.size} coordinates; this constant-time mechanism allows {self._dimension}"
+            )
+        return array
+
+    def _noise(self, count: int, rng: RandomSource | None) -> NDArray[np.int64]:
+        source = resolve_source(rng)
+        return discrete_laplace(self._scale, count, rng=source, constant_time=self._constant_time)
+
+    def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
+        """x + Z for an integer (or array of integers) x; an int for a scalar, an int64 array otherwise."""
+        array = self._check_values(value)
+        noisy = array + self._noise(array.size, rng).reshape(array.shape)
+        return _as_output(noisy, array.ndim == 0)
+
+    # -- accuracy ----------------------------------------------------------------------------
+
+    def tail_probability(self, m: int) -> float:
+        """P(|Z| >= m) = 2 q^m / (1 + q) for an integer m >= 1 (1 for m <= 0)."""
+        threshold = check_integer("m", m)
+        if threshold <= 0:
+            return 1.0
+        q = self.q
+        return 2.0 * math.exp(-threshold / self._scale) / (1.0 + q)
+
+    def noise_quantile(self, alpha: float) -> float:
+        """The smallest integer h >= 0 with P(|Z| > h) <= alpha (exact law, integer half-width)."""
+        level = check_alpha(alpha)
+        q = self.q
+        # P(|Z| > h) = 2 q^(h+1) / (1 + q) <= alpha  <=>  h + 1 >= scale * ln(2 / (alpha (1 + q))).
+        guess = max(0, math.ceil(self._scale * (math.log(2.0 / (1.0 + q)) - math.log(level))) - 1)
+        # Correct a float misstep either way; the final check keeps a relative safety margin.
+        while guess > 0 and self.tail_probability(guess) <= level * (1 - 1e-12):
+            guess -= 1
+        while self.tail_probability(guess + 1) > level * (1 - 1e-12):
+            guess += 1
+        return float(guess)
+
+    @property
+    def expected_error(self) -> float:
+        """E|Z| = 2 q / (1 - q^2)."""
+        q = self.q
+        one_minus_q = -math.expm1(-1.0 / self._scale)
+        return 2.0 * q / (one_minus_q * (1.0 + q))
+
+    @property
+    def variance(self) -> float:
+        """Var Z = E Z^2 = 2 q / (1 - q)^2."""
+        one_minus_q = -math.expm1(-1.0 / self._scale)
+        return 2.0 * self.q / one_minus_q**2
+
+    def pmf(self, z: Any) -> NDArray[np.float64]:
+        """P(Z = z) = (1 - q)/(1 + q) q^|z| for integers z (floats, for analysis and tests)."""
+        values = np.abs(np.asarray(z, dtype=np.float64))
+        q = self.q
+        return (-math.expm1(-1.0 / self._scale) / (1.0 + q)) * np.exp(-values / self._scale)
+
+    @classmethod
+    def from_accuracy(
+        cls, accuracy: float, alpha: float = 0.05, *, sensitivity: int = 1, constant_time: bool = False
+    ) -> DiscreteLaplace:
+        """The mechanism with the smallest epsilon whose (1 - alpha) noise interval is within +-accuracy.
+
+        That is, P(|Z| > accuracy) <= alpha for the exact discrete law (``accuracy`` >= 0; only
+        its integer part matters, since Z is an integer).
+
+        >>> mechanism = DiscreteLaplace.from_accuracy(accuracy=10, alpha=0.05)
+        >>> mechanism.noise_quantile(0.05) <= 10, round(mechanism.epsilon, 4)
+        (True, 0.2843)
+        """
+        bound = check_positive("accuracy", accuracy, allow_zero=True)
+        level = check_alpha(alpha)
+        delta = check_integer_sensitivity(sensitivity)
+        m = math.floor(bound) + 1
+
+        def excess(log_scale: float) -> float:
+            t = math.exp(log_scale)
+            return math.log(2.0) - m / t - math.log1p(math.exp(-1.0 / t)) - math.log(level)
+
+        # excess is increasing in the scale; P(|Z| >= m) -> 2/(1+q) > 1 > alpha as the scale grows.
+        low, high = -10.0, 0.0
+        while excess(high) < 0:
+            low, high = high, high + 5.0
+        while excess(low) > 0:
+            low -= 10.0
+        log_scale = optimize.brentq(excess, low, high, xtol=1e-14)
+        epsilon = delta / math.exp(log_scale)
+        for _ in range(200):
+            mechanism = cls(delta, epsilon, constant_time=constant_time)
+            if mechanism.noise_quantile(level) <= bound:
+                return mechanism
+            epsilon *= 1 + 1e-12
+        raise InvalidParameterError("accuracy", accuracy, "could not be met (internal search failed)")
+
+    def __repr__(self) -> str:
+        extra = f", constant_time=True, dimension={self._dimension}" if self._constant_time else ""
+        return f"{type(self).__name__}(sensitivity={self._sensitivity}, epsilon={self._epsilon}{extra})"
+
+
+class Geometric(DiscreteLaplace):
+    """The (truncated) geometric mechanism of Ghosh, Roughgarden & Sundararajan (2009).
+
+    Without bounds: x + Z with Z two-sided geometric, P(Z = z) proportional to alpha^|z|,
+    alpha = exp(-epsilon / Delta) (up to rounding the scale Delta/epsilon up): exactly
+    :class:`DiscreteLaplace`. With public integer bounds ``lower`` and/or ``upper`` (a count
+    known to lie in [lower, upper]): clamp(x + Z, lower, upper), the truncated geometric
+    mechanism, whose output law puts P(Z <= lower - x) on ``lower`` and P(Z >= upper - x) on
+    ``upper``. Clamping is post-processing: the guarantee is still ``PureDP(epsilon)``.
+    Values outside [lower, upper] are refused before any noise is drawn. Confidence intervals
+    are intersected with [lower, upper] (still covering: clamping never moves the output away
+    from a true value inside the range).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> mechanism = Geometric(sensitivity=1, epsilon=0.5, lower=0, upper=10)
+    >>> mechanism.release(1, rng=InsecureSeededRandom(0))
+    0
+    >>> mechanism.confidence_interval(0.1, released=1)
+    (0.0, 6.0)
+    >>> round(sum(mechanism.output_distribution(5).values()), 12)
+    1.0
+    """
+
+    def __init__(
+        self,
+        sensitivity: int,
+        epsilon: float,
+        lower: int | None = None,
+        upper: int | None = None,
+        *,
+        constant_time: bool = False,
+        dimension: int = 1,
+    ) -> None:
+        super().__init__(sensitivity, epsilon, constant_time=constant_time, dimension=dimension)
+        self._lower = None if lower is None else check_integer("lower", lower)
+        self._upper = None if upper is None else check_integer("upper", upper)
+        if self._lower is not None and self._upper is not None and not self._lower < self._upper:
+            raise InvalidParameterError("upper", upper, f"must be greater than lower ({lower})")
+        for name, bound in (("lower", self._lower), ("upper", self._upper)):
+            if bound is not None and abs(bound) >= 2**62:
+                raise InvalidParameterError(name, bound, "must be below 2**62 in magnitude")
+
+    @property
+    def lower(self) -> int | None:
+        return self._lower
+
+    @property
+    def upper(self) -> int | None:
+        return self._upper
+
+    @property
+    def alpha(self) -> float:
+        """GRS's alpha = exp(-1 / scale) >= exp(-epsilon / sensitivity)."""
+        return self.q
+
+    def _check_values(self, value: Any) -> NDArray[np.int64]:
+        array = super()._check_values(value)
+        if self._lower is not None and np.any(array < self._lower):
+            raise InvalidParameterError("value", value, f"must be >= lower ({self._lower})")
+        if self._upper is not None and np.any(array > self._upper):
+            raise InvalidParameterError("value", value, f"must be <= upper ({self._upper})")
+        return array
+
+    def _clamp(self, array: NDArray[Any]) -> NDArray[Any]:
+        if self._lower is not None:
+            array = np.maximum(array, self._lower)
+        if self._upper is not None:
+            array = np.minimum(array, self._upper)
+        return array
+
+    def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
+        """clamp(x + Z, lower, upper) for integer x in [lower, upper] (an int for a scalar x)."""
+        array = self._check_values(value)
+        noisy = self._clamp(array + self._noise(array.size, rng).reshape(array.shape))
+        return _as_output(noisy.astype(np.int64), array.ndim == 0)
+
+    def confidence_interval(
+        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
+    ) -> tuple[Any, Any]:
+        """The noise interval around ``released``, intersected with [lower, upper]."""
+        low, high = super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
+        if released is None:
+            return (low, high)
+        low_array = self._clamp(np.asarray(low, dtype=np.float64))
+        high_array = self._clamp(np.asarray(high, dtype=np.float64))
+        if low_array.ndim == 0:
+            return (float(low_array), float(high_array))
+        return (low_array, high_array)
+
+    def output_distribution(self, value: int) -> dict[int, float]:
+        """The exact law of :meth:`release` (value) over lower..upper, as {output: probability}.
+
+        Needs both bounds. Probabilities are floats computed from the closed forms
+        P(Z = z) = (1-q)/(1+q) q^|z|, P(Z >= m) = q^m / (1+q) (m >= 0),
+        P(Z <= -m) = q^m / (1+q) (m >= 0). For analysis and tests: it depends on the value.
+        """
+        if self._lower is None or self._upper is None:
+            bounds = (self._lower, self._upper)
+            raise InvalidParameterError("bounds", bounds, "output_distribution needs lower and upper")
+        x = int(self._check_values(check_integer("value", value)))
+        q = self.q
+
+        def at_least(m: int) -> float:  # P(Z >= m)
+            if m >= 0:
+                return math.exp(-m / self._scale) / (1.0 + q)
+            return 1.0 - math.exp(-(1 - m) / self._scale) / (1.0 + q)
+
+        outputs = range(self._lower, self._upper + 1)
+        inner = self.pmf(np.arange(self._lower - x, self._upper - x + 1))
+        law = {y: float(p) for y, p in zip(outputs, inner, strict=True)}
+        law[self._lower] = at_least(x - self._lower)  # P(Z <= lower - x) = P(Z >= x - lower)
+        law[self._upper] = at_least(self._upper - x)
+        return law
+
+    def __repr__(self) -> str:
+        bounds = f", lower={self._lower}, upper={self._upper}" if (self._lower, self._upper) != (None, None) else ""
+        return super().__repr__()[:-1] + bounds + ")"

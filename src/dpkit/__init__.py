@@ -1,4 +1,17 @@
-"""dpkit: differentially private data analysis."""
+"""dpkit: differentially private data analysis.
+
+The public words: guarantees (``PureDP``, ``ApproxDP``, ``ZCDP``), mechanisms (``Laplace``,
+``Gaussian``, ``DiscreteLaplace``, ...), the error family rooted at ``DPError``, and the
+subpackages ``dpkit.noise`` (secure exact samplers), ``dpkit.events`` and ``dpkit.audit``.
+
+>>> import dpkit
+>>> from dpkit.noise import InsecureSeededRandom
+>>> count = dpkit.DiscreteLaplace(sensitivity=1, epsilon=0.5)
+>>> isinstance(count.release(100, rng=InsecureSeededRandom(0)), int)
+True
+"""
+
+from dpkit import audit, events, guarantees, mechanisms, noise
 from dpkit._errors import (
     BudgetExceededError,
     DPError,
@@ -8,4 +21,51 @@ from dpkit._errors import (
     PrivacyWarning,
     UnsupportedEventError,
 )
-from dpkit.guarantees import ApproxDP, NeighbourRelation, PureDP, ZCDP
+from dpkit.guarantees import ZCDP, ApproxDP, NeighbourRelation, PureDP
+from dpkit.mechanisms import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Exponential,
+    Gaussian,
+    Geometric,
+    Laplace,
+    Mechanism,
+    PermuteAndFlip,
+    RandomizedResponse,
+    ReportNoisyMax,
+    SparseVector,
+    Staircase,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ApproxDP",
+    "BudgetExceededError",
+    "DPError",
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "Exponential",
+    "Gaussian",
+    "Geometric",
+    "InternalError",
+    "InvalidParameterError",
+    "Laplace",
+    "LedgerCorruptedError",
+    "Mechanism",
+    "NeighbourRelation",
+    "PermuteAndFlip",
+    "PrivacyWarning",
+    "PureDP",
+    "RandomizedResponse",
+    "ReportNoisyMax",
+    "SparseVector",
+    "Staircase",
+    "UnsupportedEventError",
+    "ZCDP",
+    "audit",
+    "events",
+    "guarantees",
+    "mechanisms",
+    "noise",
+]

@@ -21,10 +21,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._validation import check_positive, check_probability
+from dpkit._validation import check_integer, check_positive, check_probability
 from dpkit.events import PrivacyEvent
 from dpkit.guarantees import Guarantee, PureDP, ZCDP
-from dpkit.noise import RandomSource
+from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["Mechanism", "NumericMechanism", "check_alpha", "guarantee_implies"]
 
@@ -80,6 +80,19 @@ class Mechanism(ABC):
 
 class NumericMechanism(Mechanism):
     """A mechanism whose output is the query value plus zero-median noise."""
+
+    def release_repeated(self, value: Any, count: int, *, rng: RandomSource | None = None) -> NDArray[Any]:
+        """``count`` independent releases of the same query answer, stacked on the first axis.
+
+        Each release costs :attr:`guarantee` (so ``count`` of them cost ``count`` times as much);
+        this exists for simulation, accuracy studies and audits, and is vectorized where the
+        mechanism allows.
+        """
+        repeats = check_integer("count", count, minimum=1)
+        return self._release_repeated(value, repeats, resolve_source(rng))
+
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        return np.asarray([self.release(value, rng=source) for _ in range(count)])
 
     @abstractmethod
     def noise_quantile(self, alpha: float) -> float:

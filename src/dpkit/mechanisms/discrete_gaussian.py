@@ -269,6 +269,14 @@ class DiscreteGaussian(NumericMechanism):
         noisy = array + discrete_gaussian(self._sigma, array.size, rng=source).reshape(array.shape)
         return int(noisy.reshape(-1)[0]) if array.ndim == 0 else noisy
 
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        array = check_data("value", value, integer=True).astype(np.int64)
+        if array.ndim != 0:
+            return np.stack([np.asarray(self.release(array, rng=source)) for _ in range(count)])
+        if abs(int(array)) >= 2**62:
+            raise InvalidParameterError("value", value, "must contain integers with |value| < 2**62")
+        return int(array) + discrete_gaussian(self._sigma, count, rng=source)
+
     # -- accuracy ----------------------------------------------------------------------------
 
     def _weights(self) -> _HalfWeights | None:

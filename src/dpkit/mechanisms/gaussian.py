@@ -421,6 +421,12 @@ class Gaussian(NumericMechanism):
         noisy = snap_to_grid(values, self.grid_exponent) + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        values, scalar = check_release_value(value, self.dimension)
+        noise = discrete_gaussian(self._sigma_units, values.size * count, rng=source).reshape(count, values.size)
+        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        return noisy[:, 0] if scalar else noisy
+
     # -- accuracy --------------------------------------------------------------------------------
 
     def _smallest_units_with_tail(self, level: float) -> int:

@@ -190,6 +190,12 @@ class DiscreteLaplace(NumericMechanism):
         noisy = array + self._noise(array.size, rng).reshape(array.shape)
         return _as_output(noisy, array.ndim == 0)
 
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        array = self._check_values(value)
+        if array.ndim != 0:
+            return np.stack([np.asarray(self.release(array, rng=source)) for _ in range(count)])
+        return np.asarray(self.release(np.full(count, int(array)), rng=source))
+
     # -- accuracy ----------------------------------------------------------------------------
 
     def tail_probability(self, m: int) -> float:

@@ -177,6 +177,12 @@ class Laplace(NumericMechanism):
         noisy = snap_to_grid(values, self.grid_exponent) + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        values, scalar = check_release_value(value, self.dimension)
+        noise = discrete_laplace(self._units_scale, values.size * count, rng=source).reshape(count, values.size)
+        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        return noisy[:, 0] if scalar else noisy
+
     # -- accuracy (exact, for the discrete law on the grid) ---------------------------------------
 
     def _tail_units(self, m: int) -> float:

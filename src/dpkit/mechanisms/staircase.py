@@ -215,6 +215,11 @@ class Staircase(NumericMechanism):
         noisy = snap_to_grid(values, self.grid_exponent) + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
+    def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+        values, _scalar = check_release_value(value, 1)
+        noise = self._sample_units(count, source)
+        return snap_to_grid(values, self.grid_exponent)[0] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+
     # -- the released law, exactly ------------------------------------------------------------------
 
     def _sums(self) -> tuple[float, float, float, float]:

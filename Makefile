@@ -21,6 +21,8 @@ demo: $(VENV)/.core
 	$(BIN)/python -m dpkit.demo
 
 test: $(VENV)/.test
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy src
 	$(BIN)/python -m pytest -q -n 2
 
 lint: $(VENV)/.test

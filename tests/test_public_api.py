@@ -33,15 +33,32 @@ def test_top_level_names_from_the_issue():
     import dpkit
 
     for name in [
-        "Laplace", "Gaussian", "DiscreteLaplace", "DiscreteGaussian", "Geometric", "Exponential",
-        "ReportNoisyMax", "PermuteAndFlip", "SparseVector", "RandomizedResponse", "Staircase",
-        "PureDP", "ApproxDP", "ZCDP", "NeighbourRelation", "DPError", "InvalidParameterError",
+        "Laplace",
+        "Gaussian",
+        "DiscreteLaplace",
+        "DiscreteGaussian",
+        "Geometric",
+        "Exponential",
+        "ReportNoisyMax",
+        "PermuteAndFlip",
+        "SparseVector",
+        "RandomizedResponse",
+        "Staircase",
+        "PureDP",
+        "ApproxDP",
+        "ZCDP",
+        "NeighbourRelation",
+        "DPError",
+        "InvalidParameterError",
     ]:
         assert hasattr(dpkit, name), name
     assert callable(dpkit.audit.estimate_epsilon)
 
 
 def test_import_is_light():
-    code = "import sys, dpkit; heavy = {'matplotlib', 'duckdb', 'pyspark', 'pandas'} & set(sys.modules); print(sorted(heavy))"
+    code = (
+        "import sys, dpkit; "
+        "heavy = {'matplotlib', 'duckdb', 'pyspark', 'pandas'} & set(sys.modules); print(sorted(heavy))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]"

@@ -115,9 +115,7 @@ def check_data(name: str, value: Any, *, integer: bool = False) -> NDArray[Any]:
     except (TypeError, ValueError) as exc:  # ragged input
         raise InvalidParameterError(name, value, "must be a number or a regular array of numbers") from exc
     if array.dtype == object or array.dtype.kind not in "iuf":
-        raise InvalidParameterError(
-            name, value, "must contain only real numbers (no None, strings or booleans)"
-        )
+        raise InvalidParameterError(name, value, "must contain only real numbers (no None, strings or booleans)")
     if array.dtype.kind == "f" and not np.all(np.isfinite(array)):
         raise InvalidParameterError(name, value, "must contain only finite numbers (no NaN or infinity)")
     if integer and array.dtype.kind == "f":
@@ -143,9 +141,7 @@ def as_fraction(value: float | int | Fraction) -> Fraction:
 def warn_if_risky(epsilon: float, *, delta: float = 0.0, n: int | None = None) -> None:
     """Warn (PrivacyWarning) for settings that are legal but weak: epsilon > 5 or delta >= 1/n."""
     if epsilon > RISKY_EPSILON:
-        warnings.warn(
-            f"epsilon={epsilon} exceeds {RISKY_EPSILON}: the guarantee is weak", PrivacyWarning, stacklevel=3
-        )
+        warnings.warn(f"epsilon={epsilon} exceeds {RISKY_EPSILON}: the guarantee is weak", PrivacyWarning, stacklevel=3)
     if n is not None and n > 0 and delta >= 1.0 / n:
         warnings.warn(
             f"delta={delta} >= 1/n={1.0 / n}: a mechanism could publish a whole record", PrivacyWarning, stacklevel=3

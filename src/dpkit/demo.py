@@ -46,7 +46,7 @@ def run(rng: RandomSource | None = None) -> list[tuple[str, float, float, float,
     count_mechanism = DiscreteLaplace(sensitivity=1, epsilon=0.25)
     noisy_sum = sum_mechanism.release(float(np.sum(clamped)), rng=rng)
     noisy_count = count_mechanism.release(len(table), rng=rng)
-    mean = noisy_mean(noisy_sum, noisy_count, lower, upper)
+    mean = float(noisy_mean(noisy_sum, noisy_count, lower, upper))
     # Each interval at alpha/2: both hold together with probability >= 1 - alpha (union bound).
     sum_low, sum_high = sum_mechanism.confidence_interval(ALPHA / 2, noisy_sum)
     count_low, count_high = count_mechanism.confidence_interval(ALPHA / 2, noisy_count)

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import pytest
 
-from dpkit import ApproxDP, DPError, InvalidParameterError, NeighbourRelation, PureDP, ZCDP
+from dpkit import ZCDP, ApproxDP, DPError, InvalidParameterError, NeighbourRelation, PureDP
 from dpkit.guarantees import compose
 
 BAD_EPSILONS = [0, -1, float("nan"), float("inf"), -float("inf"), "1", True, None]

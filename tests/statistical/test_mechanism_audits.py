@@ -28,8 +28,15 @@ def repeated(mechanism):
 
 def audit(release, a, b, *, samples, seed, vectorized=False, delta=0.0, **kwargs):
     result = estimate_epsilon(
-        release, a, b, samples=samples, alpha=ALPHA, delta=delta, rng=InsecureSeededRandom(seed),
-        vectorized=vectorized, **kwargs,
+        release,
+        a,
+        b,
+        samples=samples,
+        alpha=ALPHA,
+        delta=delta,
+        rng=InsecureSeededRandom(seed),
+        vectorized=vectorized,
+        **kwargs,
     )
     return result.epsilon_lower_bound, result
 

@@ -12,7 +12,6 @@ import enum
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
-from typing import Union
 
 from scipy import optimize
 
@@ -270,7 +269,7 @@ class ZCDP:
         return _under(self, neighbours)  # type: ignore[return-value]
 
 
-Guarantee = Union[PureDP, ApproxDP, ZCDP]
+Guarantee = PureDP | ApproxDP | ZCDP
 
 
 def compose(first: Guarantee, second: Guarantee) -> Guarantee:
@@ -312,19 +311,13 @@ def _under(guarantee: Guarantee, neighbours: NeighbourRelation) -> Guarantee:
     if guarantee.neighbours is NeighbourRelation.ADD_REMOVE:
         # A replacement is one removal then one addition: group privacy for 2.
         grouped = guarantee.group(2)
-        return type(grouped)(
-            *(getattr(grouped, f + "_exact") for f in _fields(grouped)), neighbours=relation  # type: ignore[arg-type]
-        )
+        if isinstance(grouped, PureDP):
+            return PureDP(grouped.epsilon_exact, relation)  # type: ignore[arg-type]
+        if isinstance(grouped, ApproxDP):
+            return ApproxDP(grouped.epsilon_exact, grouped.delta_exact, relation)  # type: ignore[arg-type]
+        return ZCDP(grouped.rho_exact, relation)  # type: ignore[arg-type]
     raise InvalidParameterError(
         "neighbours",
         neighbours,
         "a replace-one guarantee says nothing about adding or removing a person; state add/remove instead",
     )
-
-
-def _fields(guarantee: Guarantee) -> tuple[str, ...]:
-    if isinstance(guarantee, PureDP):
-        return ("epsilon",)
-    if isinstance(guarantee, ApproxDP):
-        return ("epsilon", "delta")
-    return ("rho",)

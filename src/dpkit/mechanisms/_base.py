@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from dpkit._validation import check_integer, check_positive, check_probability
 from dpkit.events import PrivacyEvent
-from dpkit.guarantees import Guarantee, PureDP, ZCDP
+from dpkit.guarantees import ZCDP, Guarantee, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["Mechanism", "NumericMechanism", "check_alpha", "guarantee_implies"]
@@ -126,4 +126,3 @@ class NumericMechanism(Mechanism):
         if array.ndim == 0:
             return (float(low), float(high))
         return (low, high)
-

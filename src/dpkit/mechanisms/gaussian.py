@@ -39,6 +39,7 @@ import warnings
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 from scipy import optimize, special
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
@@ -424,7 +425,9 @@ class Gaussian(NumericMechanism):
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, self.dimension)
         noise = discrete_gaussian(self._sigma_units, values.size * count, rng=source).reshape(count, values.size)
-        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(
+            noise.astype(np.float64), self.grid_exponent
+        )
         return noisy[:, 0] if scalar else noisy
 
     # -- accuracy --------------------------------------------------------------------------------

@@ -180,7 +180,9 @@ class Laplace(NumericMechanism):
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, self.dimension)
         noise = discrete_laplace(self._units_scale, values.size * count, rng=source).reshape(count, values.size)
-        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(
+            noise.astype(np.float64), self.grid_exponent
+        )
         return noisy[:, 0] if scalar else noisy
 
     # -- accuracy (exact, for the discrete law on the grid) ---------------------------------------

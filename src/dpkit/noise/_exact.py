@@ -10,9 +10,9 @@ output distributions are exact.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from fractions import Fraction
-import threading
 
 import mpmath
 

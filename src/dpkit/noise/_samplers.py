@@ -20,6 +20,7 @@ ambiguous draws are decided by the float computation, at a total-variation cost 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -91,7 +92,7 @@ def _count_thresholds(
     words: NDArray[np.uint64],
     scale: float,
     log_c: float,
-    threshold: callable,  # type: ignore[valid-type]
+    threshold: Callable[[int], Threshold],
     source: RandomSource | None,
 ) -> NDArray[np.int64]:
     """Vectorized exact count of thresholds c*q^m (q = e^{-1/scale}) above U.
@@ -121,7 +122,9 @@ def _count_thresholds(
     return counts
 
 
-def geometric(scale: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False) -> NDArray[np.int64]:
+def geometric(
+    scale: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False
+) -> NDArray[np.int64]:
     """Exact samples of G on {0, 1, 2, ...} with P(G = m) = (1 - q) q^m, q = exp(-1/scale).
 
     >>> from dpkit.noise import InsecureSeededRandom
@@ -186,7 +189,7 @@ def _accept_below_exp(
     words: NDArray[np.uint64],
     gamma: NDArray[np.float64],
     gamma_error: NDArray[np.float64],
-    exact_gamma: callable,  # type: ignore[valid-type]
+    exact_gamma: Callable[[int], Fraction],
     source: RandomSource | None,
 ) -> NDArray[np.bool_]:
     """Exact U < exp(-gamma) for each draw; ``gamma_error`` bounds the float error of ``gamma``."""
@@ -200,11 +203,13 @@ def _accept_below_exp(
     accept = sure_accept.copy()
     for index in np.flatnonzero(~(sure_accept | sure_reject)):
         uniform = LazyUniform(int(words[index]) >> 11, 53, source)
-        accept[index] = uniform.less_than(exp_neg_interval(exact_gamma(index)))
+        accept[index] = uniform.less_than(exp_neg_interval(exact_gamma(int(index))))
     return accept
 
 
-def bernoulli_exp(x: float | NDArray[np.float64], size: int | None = None, *, rng: RandomSource | None = None) -> NDArray[np.bool_]:
+def bernoulli_exp(
+    x: float | NDArray[np.float64], size: int | None = None, *, rng: RandomSource | None = None
+) -> NDArray[np.bool_]:
     """Exact Bernoulli(exp(-x)) trials for x >= 0 (x a scalar with ``size``, or an array).
 
     >>> from dpkit.noise import InsecureSeededRandom
@@ -294,7 +299,11 @@ def discrete_gaussian(
             return d * d / (2 * sigma_sq_exact)
 
         accept = _accept_below_exp(
-            source.uint64(batch * (2 if constant_time else 1)), gamma, gamma_error, exact_gamma, None if constant_time else source
+            source.uint64(batch * (2 if constant_time else 1)),
+            gamma,
+            gamma_error,
+            exact_gamma,
+            None if constant_time else source,
         )
         kept = candidates[accept][:wanted]
         out[filled : filled + kept.size] = kept

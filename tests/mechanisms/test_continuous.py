@@ -592,3 +592,19 @@ def test_staircase_sampler_matches_its_law(epsilon, gamma):
         assert abs(offsets.mean() - (m - 1) / 2) <= stats.norm.ppf(1 - FALSE_POSITIVE / 2) * sd / math.sqrt(
             offsets.size
         )
+
+
+def test_analytic_sigma_matches_diffprivlib():
+    """Peer reference: diffprivlib's GaussianAnalytic (values committed with its version)."""
+    import csv
+    import pathlib
+
+    from dpkit.mechanisms import analytic_gaussian_sigma
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "data" / "analytic_gaussian_diffprivlib.csv"
+    rows = list(csv.DictReader(line for line in path.read_text().splitlines() if not line.startswith("#")))
+    assert len(rows) == 16
+    for row in rows:
+        ours = analytic_gaussian_sigma(float(row["epsilon"]), float(row["delta"]), float(row["sensitivity"]))
+        # diffprivlib stops its search at a relative tolerance of about 1e-6; ours is exact to 1e-12.
+        assert abs(ours / float(row["sigma"]) - 1) < 1e-6, row

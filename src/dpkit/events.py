@@ -20,11 +20,15 @@ __all__ = [
     "DiscreteLaplaceEvent",
     "GaussianEvent",
     "LaplaceEvent",
+    "GroupEvent",
+    "PoissonSampledEvent",
     "PrivacyEvent",
     "PureDPEvent",
     "RandomizedResponseEvent",
+    "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
     "ZCDPEvent",
+    "dpsgd_event",
 ]
 
 
@@ -155,3 +159,65 @@ class SelfComposedEvent(PrivacyEvent):
             from dpkit._errors import InvalidParameterError
 
             raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
+
+
+@dataclass(frozen=True)
+class PoissonSampledEvent(PrivacyEvent):
+    """``event`` run on a Poisson sample: each record kept independently with ``sampling_probability``."""
+
+    sampling_probability: float
+    event: PrivacyEvent
+
+    def __post_init__(self) -> None:
+        from dpkit._validation import check_probability
+
+        check_probability("sampling_probability", self.sampling_probability, open_low=True)
+        if not isinstance(self.event, PrivacyEvent):
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
+
+
+@dataclass(frozen=True)
+class SampledWithoutReplacementEvent(PrivacyEvent):
+    """``event`` run on a uniformly random subset of ``sample_size`` of the ``source_size`` records."""
+
+    source_size: int
+    sample_size: int
+    event: PrivacyEvent
+
+    def __post_init__(self) -> None:
+        check_integer("source_size", self.source_size, minimum=1)
+        check_integer("sample_size", self.sample_size, minimum=1)
+        if self.sample_size > self.source_size:
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("sample_size", self.sample_size, f"must be <= source_size={self.source_size}")
+        if not isinstance(self.event, PrivacyEvent):
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
+
+
+@dataclass(frozen=True)
+class GroupEvent(PrivacyEvent):
+    """``event`` where the protected unit is a group of ``size`` people (group privacy)."""
+
+    event: PrivacyEvent
+    size: int
+
+    def __post_init__(self) -> None:
+        check_integer("size", self.size, minimum=1)
+        if not isinstance(self.event, PrivacyEvent):
+            from dpkit._errors import InvalidParameterError
+
+            raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
+
+
+def dpsgd_event(noise_multiplier: float, sampling_probability: float, steps: int) -> SelfComposedEvent:
+    """The event of DP-SGD: ``steps`` Poisson-sampled Gaussian steps (Abadi et al. 2016).
+
+    >>> dpsgd_event(1.1, 256 / 60000, 14063).count
+    14063
+    """
+    return SelfComposedEvent(PoissonSampledEvent(sampling_probability, GaussianEvent(noise_multiplier)), steps)

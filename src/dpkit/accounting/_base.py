@@ -1,0 +1,108 @@
+"""The accountant interface: ``supports``, ``compose``, ``epsilon(delta)``, ``delta(epsilon)``.
+
+Modelled on Google's dp_accounting ``PrivacyAccountant``, with two differences: an event is
+checked in full (composites included) *before* any state changes, so a refused event leaves the
+accountant exactly as it was; and every accountant states whether its answers are certified
+upper bounds (``certified = True``) or approximations (the CLT/GDP and saddle-point accountants).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from dpkit._errors import InvalidParameterError, UnsupportedEventError
+from dpkit._validation import check_delta, check_integer, check_positive
+from dpkit.events import ComposedEvent, PrivacyEvent, SelfComposedEvent
+from dpkit.guarantees import NeighbourRelation
+
+__all__ = ["PrivacyAccountant"]
+
+
+class PrivacyAccountant(ABC):
+    """Composes privacy events into an (epsilon, delta) guarantee.
+
+    Subclasses implement :meth:`_supports_atomic` (may this accountant interpret this
+    non-composite event?), :meth:`_compose_atomic` (fold ``count`` repetitions of a supported
+    event into the state; must not fail once ``_supports_atomic`` said yes) and the two queries.
+    """
+
+    #: True when epsilon() / delta() are certified upper bounds; False for approximations.
+    certified: bool = True
+
+    def __init__(self, neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE) -> None:
+        if not isinstance(neighbours, NeighbourRelation):
+            raise InvalidParameterError("neighbours", neighbours, "must be a dpkit.guarantees.NeighbourRelation")
+        self.neighbours = neighbours
+        self._history: list[tuple[PrivacyEvent, int]] = []
+
+    # -- the interface ----------------------------------------------------------------------
+
+    def supports(self, event: PrivacyEvent) -> bool:
+        """Whether :meth:`compose` would accept ``event`` (composites are checked in full)."""
+        if isinstance(event, ComposedEvent):
+            return all(self.supports(inner) for inner in event.events)
+        if isinstance(event, SelfComposedEvent):
+            return self.supports(event.event)
+        if not isinstance(event, PrivacyEvent):
+            return False
+        relation = getattr(event, "neighbours", None)
+        if relation is not None and relation is not self.neighbours:
+            return False
+        return self._supports_atomic(event)
+
+    def compose(self, event: PrivacyEvent, count: int = 1) -> PrivacyAccountant:
+        """Record ``count`` runs of ``event``; refuse it, unchanged, if it is not supported."""
+        repeats = check_integer("count", count, minimum=1)
+        if not self.supports(event):
+            raise UnsupportedEventError(
+                f"{type(self).__name__} (neighbours={self.neighbours.value}) cannot account for {event!r}"
+            )
+        for atomic, times in _flatten(event, repeats):
+            self._compose_atomic(atomic, times)
+        self._history.append((event, repeats))
+        return self
+
+    @property
+    def history(self) -> tuple[tuple[PrivacyEvent, int], ...]:
+        """The events composed so far, with their counts."""
+        return tuple(self._history)
+
+    def epsilon(self, delta: float) -> float:
+        """The smallest epsilon this accountant can certify at ``delta`` (0 with no events)."""
+        target = check_delta(delta, allow_zero=True)
+        if not self._history:
+            return 0.0
+        return self._epsilon(target)
+
+    def delta(self, epsilon: float) -> float:
+        """The smallest delta this accountant can certify at ``epsilon`` (0 with no events)."""
+        target = check_positive("epsilon", epsilon, allow_zero=True)
+        if not self._history:
+            return 0.0
+        return self._delta(target)
+
+    # -- for subclasses -----------------------------------------------------------------------
+
+    @abstractmethod
+    def _supports_atomic(self, event: PrivacyEvent) -> bool: ...
+
+    @abstractmethod
+    def _compose_atomic(self, event: PrivacyEvent, count: int) -> None: ...
+
+    @abstractmethod
+    def _epsilon(self, delta: float) -> float: ...
+
+    @abstractmethod
+    def _delta(self, epsilon: float) -> float: ...
+
+
+def _flatten(event: PrivacyEvent, count: int) -> list[tuple[PrivacyEvent, int]]:
+    """Non-composite events with their multiplicities, in order."""
+    if isinstance(event, SelfComposedEvent):
+        return _flatten(event.event, count * event.count)
+    if isinstance(event, ComposedEvent):
+        flat: list[tuple[PrivacyEvent, int]] = []
+        for inner in event.events:
+            flat.extend(_flatten(inner, count))
+        return flat
+    return [(event, count)]

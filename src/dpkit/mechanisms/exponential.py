@@ -190,12 +190,87 @@ def sample_exponential(gaps: NDArray[np.int64], rate: float, count: int, rng: Ra
     return out
 
 
+class GridSelectionMechanism(Mechanism):
+    """Common state and privacy accounting of the mechanisms run on a public :class:`SelectionGrid`.
+
+    Privacy contract: a subclass validates ``sensitivity`` (Delta > 0) and ``epsilon`` (> 0)
+    here before any other parameter, then calls :meth:`_calibrate` once all its parameters are
+    valid, and calibrates its rate or noise to U = floor(Delta / 2^k) + 1 grid units (the
+    effective sensitivity U 2^k) rounded toward safety, so that one release (for
+    :class:`~dpkit.mechanisms.sparse_vector.SparseVector`, one whole run) is epsilon-DP for
+    inputs whose scores move by at most Delta. The guarantee, event and privacy map below state
+    exactly that.
+    """
+
+    _candidates: tuple[Any, ...] | None = None
+    # Gap clamp of the subclasses that select among candidates (see :func:`gaps_below_max`).
+    _cap: int
+
+    def __init__(self, sensitivity: float, epsilon: float) -> None:
+        self._sensitivity = check_positive("sensitivity", sensitivity)
+        self._epsilon = check_epsilon(epsilon)
+        self._epsilon_exact = as_fraction(self._epsilon)
+
+    def _calibrate(self, noise_scale: float) -> None:
+        """Warn about a risky epsilon and fix the grid for a noise (or 1 / rate) of this scale, in score units."""
+        warn_if_risky(self._epsilon)
+        self._grid = SelectionGrid.for_noise(self._sensitivity, noise_scale)
+
+    @property
+    def sensitivity(self) -> float:
+        return self._sensitivity
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def grid_exponent(self) -> int:
+        """k: scores (for sparse vector, answers and threshold) are rounded to multiples of 2^k before selection."""
+        return self._grid.exponent
+
+    @property
+    def effective_sensitivity(self) -> float:
+        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the rate or noise is calibrated to."""
+        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
+
+    @property
+    def guarantee(self) -> PureDP:
+        """The cost of one release (for sparse vector, of one whole run: any number of queries, at most c positives)."""
+        return PureDP(self._epsilon)
+
+    @property
+    def event(self) -> PrivacyEvent:
+        return PureDPEvent(self._epsilon)
+
+    def privacy_map(self, d_in: float) -> PureDP:
+        """epsilon * u(d_in) / u(Delta) where u(d) = floor(d / 2^k) + 1 (grid units after rounding).
+
+        This is epsilon d_in / Delta up to the grid (a few parts in a million above it for
+        d_in < Delta, exact at d_in = Delta), rounded toward safety (up).
+        """
+        distance = check_positive("d_in", d_in)
+        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
+
+    def _gaps(self, scores: Any, cap: int | None = None) -> NDArray[np.int64]:
+        """min(n_max - n_o, cap) for the snapped scores (cap defaults to the mechanism's ``_cap``)."""
+        array = check_scores(scores)
+        if self._candidates is not None and array.size != len(self._candidates):
+            raise InvalidParameterError(
+                "scores", scores, f"must have one score per candidate ({len(self._candidates)})"
+            )
+        return gaps_below_max(self._grid.snap("scores", array), self._cap if cap is None else cap)
+
+    def _label(self, index: int) -> Any:
+        return index if self._candidates is None else self._candidates[index]
+
+
 # ---------------------------------------------------------------------------------------------
 # The exponential mechanism
 # ---------------------------------------------------------------------------------------------
 
 
-class Exponential(Mechanism):
+class Exponential(GridSelectionMechanism):
     """The exponential mechanism: release o with probability proportional to exp(epsilon s(D, o) / (2 Delta)).
 
     McSherry & Talwar (2007); Dwork & Roth (2014), Def. 3.4 and Thm. 3.10: epsilon-DP for a
@@ -227,25 +302,14 @@ class Exponential(Mechanism):
     def __init__(
         self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None = None, monotonic: bool = False
     ) -> None:
-        self._sensitivity = check_positive("sensitivity", sensitivity)
-        self._epsilon = check_epsilon(epsilon)
+        super().__init__(sensitivity, epsilon)
         self._candidates = check_candidates(candidates)
         self._monotonic = check_flag("monotonic", monotonic)
-        warn_if_risky(self._epsilon)
         factor = 1 if self._monotonic else 2
         # 1 / rate (in score units) plays the part of the noise scale when choosing the grid.
-        self._grid = SelectionGrid.for_noise(self._sensitivity, factor * self._sensitivity / self._epsilon)
-        self._epsilon_exact = as_fraction(self._epsilon)
+        self._calibrate(factor * self._sensitivity / self._epsilon)
         self._rate = rate_down(self._epsilon_exact / (factor * self._grid.sensitivity_units))
         self._cap = clamp_cap(self._rate)
-
-    @property
-    def sensitivity(self) -> float:
-        return self._sensitivity
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
 
     @property
     def candidates(self) -> tuple[Any, ...] | None:
@@ -254,44 +318,6 @@ class Exponential(Mechanism):
     @property
     def monotonic(self) -> bool:
         return self._monotonic
-
-    @property
-    def grid_exponent(self) -> int:
-        """k: scores are rounded to multiples of 2^k before selection."""
-        return self._grid.exponent
-
-    @property
-    def effective_sensitivity(self) -> float:
-        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the rate is calibrated to."""
-        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
-
-    @property
-    def guarantee(self) -> PureDP:
-        return PureDP(self._epsilon)
-
-    @property
-    def event(self) -> PrivacyEvent:
-        return PureDPEvent(self._epsilon)
-
-    def privacy_map(self, d_in: float) -> PureDP:
-        """epsilon * u(d_in) / u(Delta) where u(d) = floor(d / 2^k) + 1 (grid units after rounding).
-
-        This is epsilon d_in / Delta up to the grid (a few parts in a million above it for
-        d_in < Delta, exact at d_in = Delta), rounded toward safety.
-        """
-        distance = check_positive("d_in", d_in)
-        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
-
-    def _gaps(self, scores: Any) -> NDArray[np.int64]:
-        array = check_scores(scores)
-        if self._candidates is not None and array.size != len(self._candidates):
-            raise InvalidParameterError(
-                "scores", scores, f"must have one score per candidate ({len(self._candidates)})"
-            )
-        return gaps_below_max(self._grid.snap("scores", array), self._cap)
-
-    def _label(self, index: int) -> Any:
-        return index if self._candidates is None else self._candidates[index]
 
     def probabilities(self, scores: Any) -> NDArray[np.float64]:
         """The exact output law of :meth:`release` for these scores, as floats (computed stably).

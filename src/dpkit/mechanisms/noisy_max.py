@@ -7,7 +7,6 @@ integer noise or exact Bernoulli trials, so their released laws carry no floatin
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -15,18 +14,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError
-from dpkit._validation import as_fraction, check_epsilon, check_positive, warn_if_risky
-from dpkit.events import PrivacyEvent, PureDPEvent
-from dpkit.guarantees import PureDP
-from dpkit.mechanisms._base import Mechanism
 from dpkit.mechanisms.exponential import (
-    SelectionGrid,
+    GridSelectionMechanism,
     bernoulli_exp_multiple,
     check_candidates,
     check_flag,
-    check_scores,
     clamp_cap,
-    gaps_below_max,
     rate_down,
     scale_up,
 )
@@ -39,62 +32,17 @@ _PF_CHUNK = 256
 _PF_MAX_EXACT_CANDIDATES = 4096
 
 
-class _SelectionMechanism(Mechanism):
-    """Shared parameters, grid and privacy map of the selection mechanisms."""
+class _SelectionMechanism(GridSelectionMechanism):
+    """Shared parameters and grid of report-noisy-max and permute-and-flip."""
 
     def __init__(self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None, factor: int) -> None:
-        self._sensitivity = check_positive("sensitivity", sensitivity)
-        self._epsilon = check_epsilon(epsilon)
+        super().__init__(sensitivity, epsilon)
         self._candidates = check_candidates(candidates)
-        warn_if_risky(self._epsilon)
-        self._epsilon_exact = as_fraction(self._epsilon)
-        self._grid = SelectionGrid.for_noise(self._sensitivity, factor * self._sensitivity / self._epsilon)
-
-    @property
-    def sensitivity(self) -> float:
-        return self._sensitivity
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
+        self._calibrate(factor * self._sensitivity / self._epsilon)
 
     @property
     def candidates(self) -> tuple[Any, ...] | None:
         return self._candidates
-
-    @property
-    def grid_exponent(self) -> int:
-        """k: scores are rounded to multiples of 2^k before selection."""
-        return self._grid.exponent
-
-    @property
-    def effective_sensitivity(self) -> float:
-        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the noise is calibrated to."""
-        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
-
-    @property
-    def guarantee(self) -> PureDP:
-        return PureDP(self._epsilon)
-
-    @property
-    def event(self) -> PrivacyEvent:
-        return PureDPEvent(self._epsilon)
-
-    def privacy_map(self, d_in: float) -> PureDP:
-        """epsilon * u(d_in) / u(Delta), u(d) = floor(d / 2^k) + 1: epsilon d_in / Delta up to the grid, rounded up."""
-        distance = check_positive("d_in", d_in)
-        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
-
-    def _gaps(self, scores: Any, cap: int) -> NDArray[np.int64]:
-        array = check_scores(scores)
-        if self._candidates is not None and array.size != len(self._candidates):
-            raise InvalidParameterError(
-                "scores", scores, f"must have one score per candidate ({len(self._candidates)})"
-            )
-        return gaps_below_max(self._grid.snap("scores", array), cap)
-
-    def _label(self, index: int) -> Any:
-        return index if self._candidates is None else self._candidates[index]
 
 
 class ReportNoisyMax(_SelectionMechanism):

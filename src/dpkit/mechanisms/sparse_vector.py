@@ -6,17 +6,13 @@ queries and stops after ``max_positives`` (c) positive answers, for epsilon in t
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from dpkit._errors import InvalidParameterError
-from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
-from dpkit.events import PrivacyEvent, PureDPEvent
-from dpkit.guarantees import PureDP
-from dpkit.mechanisms._base import Mechanism
-from dpkit.mechanisms.exponential import SelectionGrid, check_flag, check_scores, scale_up
+from dpkit._validation import check_data, check_integer
+from dpkit.mechanisms.exponential import GridSelectionMechanism, check_flag, check_scores, scale_up
 from dpkit.noise import RandomSource, discrete_laplace, resolve_source
 
 __all__ = ["SparseVector", "SparseVectorRun"]
@@ -26,7 +22,7 @@ __all__ = ["SparseVector", "SparseVectorRun"]
 _CLIP = 2.0**52
 
 
-class SparseVector(Mechanism):
+class SparseVector(GridSelectionMechanism):
     """Sparse vector (AboveThreshold for c = 1): report which queries exceed a threshold, up to c of them.
 
     The version of Lyu, Su & Li (2017), "Understanding the sparse vector technique for
@@ -68,33 +64,22 @@ class SparseVector(Mechanism):
         max_positives: int = 1,
         monotonic: bool = False,
     ) -> None:
-        self._sensitivity = check_positive("sensitivity", sensitivity)
-        self._epsilon = check_epsilon(epsilon)
+        super().__init__(sensitivity, epsilon)
         threshold_array = check_data("threshold", threshold)
         if threshold_array.ndim != 0:
             raise InvalidParameterError("threshold", threshold, "must be a single finite real number")
         self._threshold = float(threshold_array)
         self._max_positives = check_integer("max_positives", max_positives, minimum=1)
         self._monotonic = check_flag("monotonic", monotonic)
-        warn_if_risky(self._epsilon)
-        self._epsilon_exact = as_fraction(self._epsilon)
         threshold_share = self._epsilon_exact / 2
         query_share = self._epsilon_exact - threshold_share
         factor = (1 if self._monotonic else 2) * self._max_positives
-        self._grid = SelectionGrid.for_noise(self._sensitivity, factor * self._sensitivity / float(query_share))
+        self._calibrate(factor * self._sensitivity / float(query_share))
         units = self._grid.sensitivity_units
         self._threshold_scale = scale_up(units / threshold_share)
         self._query_scale = scale_up(factor * units / query_share)
         self._threshold_units = float(self._grid.snap("threshold", np.asarray([self._threshold]))[0])
         self._current: SparseVectorRun | None = None
-
-    @property
-    def sensitivity(self) -> float:
-        return self._sensitivity
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
 
     @property
     def threshold(self) -> float:
@@ -109,11 +94,6 @@ class SparseVector(Mechanism):
         return self._monotonic
 
     @property
-    def grid_exponent(self) -> int:
-        """k: answers and threshold are rounded to multiples of 2^k."""
-        return self._grid.exponent
-
-    @property
     def threshold_noise_scale_units(self) -> float:
         """Scale of the threshold's discrete Laplace noise, in grid units (>= U / (epsilon / 2))."""
         return self._threshold_scale
@@ -122,25 +102,6 @@ class SparseVector(Mechanism):
     def query_noise_scale_units(self) -> float:
         """Each query's discrete Laplace noise scale, grid units: >= 2cU / (eps / 2) (cU / (eps / 2) if monotonic)."""
         return self._query_scale
-
-    @property
-    def effective_sensitivity(self) -> float:
-        """(floor(Delta / 2^k) + 1) 2^k <= Delta + 2^k: the sensitivity the noise is calibrated to."""
-        return math.ldexp(self._grid.sensitivity_units, self._grid.exponent)
-
-    @property
-    def guarantee(self) -> PureDP:
-        """The cost of one whole run (any number of queries, at most c positives)."""
-        return PureDP(self._epsilon)
-
-    @property
-    def event(self) -> PrivacyEvent:
-        return PureDPEvent(self._epsilon)
-
-    def privacy_map(self, d_in: float) -> PureDP:
-        """epsilon * u(d_in) / u(Delta), u(d) = floor(d / 2^k) + 1: epsilon d_in / Delta up to the grid, rounded up."""
-        distance = check_positive("d_in", d_in)
-        return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
 
     def start(self, *, rng: RandomSource | None = None) -> SparseVectorRun:
         """Begin a new run (draws the threshold noise; costs epsilon) and make it the current one."""

@@ -1,6 +1,18 @@
 """Privacy accounting: events compose into guarantees (see ``PrivacyAccountant``)."""
 
 from dpkit.accounting._base import PrivacyAccountant
+from dpkit.accounting._calibrate import calibrate_dpsgd_noise, calibrate_parameter
+from dpkit.accounting._composition import (
+    AdvancedAccountant,
+    BasicAccountant,
+    OptimalAccountant,
+    fixed_privacy,
+    optimal_composition_delta,
+    parallel_composition,
+)
+from dpkit.accounting._filter import PrivacyFilter, PrivacyOdometer
+from dpkit.accounting._rdp import RDPAccountant
+from dpkit.accounting._zcdp import ZCDPAccountant
 from dpkit.events import (
     ApproxDPEvent,
     ComposedEvent,
@@ -20,6 +32,16 @@ from dpkit.events import (
 )
 
 __all__ = [
+    "AdvancedAccountant",
+    "BasicAccountant",
+    "OptimalAccountant",
+    "PrivacyFilter",
+    "PrivacyOdometer",
+    "calibrate_dpsgd_noise",
+    "calibrate_parameter",
+    "fixed_privacy",
+    "optimal_composition_delta",
+    "parallel_composition",
     "ApproxDPEvent",
     "ComposedEvent",
     "DiscreteGaussianEvent",
@@ -31,9 +53,11 @@ __all__ = [
     "PrivacyAccountant",
     "PrivacyEvent",
     "PureDPEvent",
+    "RDPAccountant",
     "RandomizedResponseEvent",
     "SampledWithoutReplacementEvent",
     "SelfComposedEvent",
+    "ZCDPAccountant",
     "ZCDPEvent",
     "dpsgd_event",
 ]

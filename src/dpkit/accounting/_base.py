@@ -9,6 +9,7 @@ upper bounds (``certified = True``) or approximations (the CLT/GDP and saddle-po
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import Self
 
 from dpkit._errors import InvalidParameterError, UnsupportedEventError
 from dpkit._validation import check_delta, check_integer, check_positive
@@ -50,7 +51,7 @@ class PrivacyAccountant(ABC):
             return False
         return self._supports_atomic(event)
 
-    def compose(self, event: PrivacyEvent, count: int = 1) -> PrivacyAccountant:
+    def compose(self, event: PrivacyEvent, count: int = 1) -> Self:
         """Record ``count`` runs of ``event``; refuse it, unchanged, if it is not supported."""
         repeats = check_integer("count", count, minimum=1)
         if not self.supports(event):

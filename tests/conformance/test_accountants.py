@@ -15,11 +15,13 @@ from dpkit.accounting import (
     AdvancedAccountant,
     ApproxDPEvent,
     BasicAccountant,
+    GDPAccountant,
     GaussianEvent,
     OptimalAccountant,
     PoissonSampledEvent,
     PureDPEvent,
     RDPAccountant,
+    SaddlePointAccountant,
     ZCDPAccountant,
 )
 from dpkit.guarantees import NeighbourRelation
@@ -31,6 +33,8 @@ CASES = {
     "optimal": (OptimalAccountant, PureDPEvent(0.5), GaussianEvent(1.0)),
     "rdp": (RDPAccountant, GaussianEvent(2.0), ApproxDPEvent(1.0, 1e-6)),
     "zcdp": (ZCDPAccountant, GaussianEvent(2.0), PoissonSampledEvent(0.1, GaussianEvent(1.0))),
+    "gdp": (GDPAccountant, GaussianEvent(2.0), PureDPEvent(1.0)),
+    "saddle_point": (SaddlePointAccountant, GaussianEvent(2.0), PureDPEvent(1.0)),
 }
 
 

@@ -18,3 +18,33 @@ def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert "TOTAL privacy spent" in out and "eps=1" in out
+
+
+def test_account_dpsgd_side_by_side(capsys):
+    import json
+
+    args = ["account", "dpsgd", "--sampling-rate", str(256 / 60000), "--noise-multiplier", "1.1"]
+    assert main([*args, "--steps", "14063", "--delta", "1e-5", "--json"]) == 0
+    rows = {row["accountant"]: row for row in json.loads(capsys.readouterr().out)["results"]}
+    pld = rows["PLD (pessimistic, certified)"]
+    rdp = rows["RDP"]
+    assert pld["certified"] and 2.3817 <= pld["epsilon"] <= 2.3817 * 1.001
+    assert abs(rdp["epsilon"] - 2.5967) < 1e-3
+    assert not rows["GDP / CLT (approximate)"]["certified"]
+    assert rows["basic"]["supported"] is False
+
+
+def test_account_text_and_plot(tmp_path, capsys):
+    import pytest
+
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "tradeoff.png"
+    assert main(["account", "laplace", "--noise-multiplier", "10", "--steps", "100", "--plot", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "basic" in out and "PLD (pessimistic, certified)" in out
+    assert path.stat().st_size > 1000
+
+
+def test_account_bad_input(capsys):
+    assert main(["account", "dpsgd", "--noise-multiplier", "1.1", "--sampling-rate", "1.5", "--steps", "10"]) == 2
+    assert "sampling_probability" in capsys.readouterr().err

@@ -1,13 +1,24 @@
 """The ``dpkit`` command: a thin layer over the public API.
 
 ``dpkit demo`` runs the demo job; ``dpkit sample --mechanism discrete_laplace --scale 2 -n 5``
-prints secure noise draws (useful to check an installation).
+prints secure noise draws (useful to check an installation); ``dpkit account dpsgd
+--sampling-rate 0.0043 --noise-multiplier 1.1 --steps 14063 --delta 1e-5`` prints what every
+accountant says about a workload, side by side (``--json`` for scripts, ``--plot FILE.png`` for
+the trade-off curve).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import sys
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dpkit.accounting import PrivacyAccountant
 
 __all__ = ["main"]
 
@@ -21,11 +32,23 @@ def main(argv: list[str] | None = None) -> int:
     sample.add_argument("--mechanism", choices=["discrete_laplace", "discrete_gaussian", "geometric"], required=True)
     sample.add_argument("--scale", type=float, required=True, help="scale (sigma for the discrete Gaussian)")
     sample.add_argument("-n", type=int, default=10)
+    account = commands.add_parser("account", help="epsilon (or delta) of a workload, by every accountant")
+    account.add_argument("workload", choices=["dpsgd", "gaussian", "laplace"])
+    account.add_argument("--noise-multiplier", type=float, required=True, help="noise scale / sensitivity")
+    account.add_argument("--sampling-rate", type=float, default=1.0, help="Poisson sampling rate (dpsgd)")
+    account.add_argument("--steps", type=int, default=1, help="number of releases / steps")
+    target = account.add_mutually_exclusive_group()
+    target.add_argument("--delta", type=float, default=None, help="report epsilon at this delta (default 1e-5)")
+    target.add_argument("--epsilon", type=float, default=None, help="report delta at this epsilon")
+    account.add_argument("--json", action="store_true", help="print JSON")
+    account.add_argument("--plot", metavar="FILE.png", help="draw the trade-off curve (needs matplotlib)")
     args = parser.parse_args(argv)
 
     from dpkit import DPError
 
     try:
+        if args.command == "account":
+            return _account(args)
         if args.command == "demo":
             from dpkit.demo import main as demo_main
 
@@ -39,6 +62,83 @@ def main(argv: list[str] | None = None) -> int:
         print(f"dpkit: {error}", file=sys.stderr)
         return 2
     return 0
+
+
+def _workload_event(args: argparse.Namespace) -> Any:
+    from dpkit import events
+
+    if args.workload == "dpsgd":
+        return events.dpsgd_event(args.noise_multiplier, args.sampling_rate, args.steps)
+    single = (events.GaussianEvent if args.workload == "gaussian" else events.LaplaceEvent)(args.noise_multiplier)
+    return events.SelfComposedEvent(single, args.steps)
+
+
+def _account(args: argparse.Namespace) -> int:
+    from dpkit import accounting
+
+    event = _workload_event(args)
+    delta = 1e-5 if args.delta is None and args.epsilon is None else args.delta
+    factories: dict[str, Callable[[], PrivacyAccountant]] = {
+        "PLD (pessimistic, certified)": lambda: accounting.PLDAccountant(),
+        "PLD (optimistic estimate)": lambda: accounting.PLDAccountant(pessimistic=False),
+        "RDP": accounting.RDPAccountant,
+        "zCDP": accounting.ZCDPAccountant,
+        "optimal (KOV)": accounting.OptimalAccountant,
+        "advanced (DRV)": accounting.AdvancedAccountant,
+        "basic": accounting.BasicAccountant,
+        "saddle point (approximate)": accounting.SaddlePointAccountant,
+        "GDP / CLT (approximate)": accounting.GDPAccountant,
+    }
+    rows: list[dict[str, Any]] = []
+    for name, factory in factories.items():
+        start = time.perf_counter()
+        accountant = factory()
+        if not accountant.supports(event):
+            rows.append({"accountant": name, "supported": False})
+            continue
+        accountant.compose(event)
+        value = accountant.epsilon(delta) if delta is not None else accountant.delta(args.epsilon)
+        rows.append(
+            {
+                "accountant": name,
+                "supported": True,
+                "certified": bool(accountant.certified),
+                ("epsilon" if delta is not None else "delta"): value,
+                "seconds": round(time.perf_counter() - start, 4),
+            }
+        )
+    if args.json:
+        print(json.dumps({"workload": vars(args) | {"delta": delta}, "results": rows}, indent=2, default=str))
+    else:
+        what = f"epsilon at delta={delta:g}" if delta is not None else f"delta at epsilon={args.epsilon:g}"
+        print(
+            f"{args.workload}: noise multiplier {args.noise_multiplier}, rate {args.sampling_rate}, "
+            f"{args.steps} steps; {what}"
+        )
+        for row in rows:
+            if not row["supported"]:
+                print(f"  {row['accountant']:30} not supported")
+                continue
+            value = float(row["epsilon"] if "epsilon" in row else row["delta"])
+            shown = "inf" if math.isinf(value) else f"{value:.6g}"
+            print(f"  {row['accountant']:30} {shown:>12}  ({row['seconds']:.3f} s)")
+    if args.plot:
+        _plot_tradeoff(event, args.plot)
+    return 0
+
+
+def _plot_tradeoff(event: Any, path: str) -> None:
+    import numpy as np
+
+    from dpkit import accounting
+
+    accountant = accounting.PLDAccountant().compose(event)
+    epsilons = np.linspace(0.0, max(8.0, 2 * accountant.epsilon(1e-5)), 200)
+    deltas = np.array([accountant.delta(float(e)) for e in epsilons])
+    alpha = np.linspace(0.0, 1.0, 401)
+    beta = accounting.tradeoff_from_profile(epsilons, deltas, alpha)
+    accounting.plot_tradeoff({"PLD (pessimistic)": (alpha, beta)}, path=path)
+    print(f"trade-off curve written to {path}")
 
 
 if __name__ == "__main__":

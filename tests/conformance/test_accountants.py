@@ -15,14 +15,16 @@ from dpkit.accounting import (
     AdvancedAccountant,
     ApproxDPEvent,
     BasicAccountant,
-    GDPAccountant,
     GaussianEvent,
+    GDPAccountant,
     OptimalAccountant,
+    PLDAccountant,
     PoissonSampledEvent,
     PureDPEvent,
     RDPAccountant,
     SaddlePointAccountant,
     ZCDPAccountant,
+    ZCDPEvent,
 )
 from dpkit.guarantees import NeighbourRelation
 
@@ -33,6 +35,7 @@ CASES = {
     "optimal": (OptimalAccountant, PureDPEvent(0.5), GaussianEvent(1.0)),
     "rdp": (RDPAccountant, GaussianEvent(2.0), ApproxDPEvent(1.0, 1e-6)),
     "zcdp": (ZCDPAccountant, GaussianEvent(2.0), PoissonSampledEvent(0.1, GaussianEvent(1.0))),
+    "pld": (PLDAccountant, GaussianEvent(2.0), ZCDPEvent(0.5)),
     "gdp": (GDPAccountant, GaussianEvent(2.0), PureDPEvent(1.0)),
     "saddle_point": (SaddlePointAccountant, GaussianEvent(2.0), PureDPEvent(1.0)),
 }

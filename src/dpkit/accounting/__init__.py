@@ -34,6 +34,7 @@ from dpkit.accounting._hypothesis import (
     tradeoff_from_pair,
     tradeoff_from_profile,
 )
+from dpkit.accounting._pld import PLDAccountant
 from dpkit.accounting._plots import plot_epsilon_vs_steps, plot_privacy_loss_distribution, plot_tradeoff
 from dpkit.accounting._rdp import RDPAccountant
 from dpkit.accounting._zcdp import ZCDPAccountant
@@ -67,6 +68,7 @@ __all__ = [
     "GroupEvent",
     "LaplaceEvent",
     "OptimalAccountant",
+    "PLDAccountant",
     "PoissonSampledEvent",
     "PrivacyAccountant",
     "PrivacyEvent",

@@ -1,0 +1,212 @@
+"""PLDAccountant against exact answers and against dp_accounting / prv_accountant."""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy import integrate
+from scipy.special import ndtr
+
+from dpkit._errors import InvalidParameterError, UnsupportedEventError
+from dpkit.accounting._pld import PLDAccountant
+from dpkit.events import (
+    ApproxDPEvent,
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
+    LaplaceEvent,
+    PoissonSampledEvent,
+    PureDPEvent,
+    RandomizedResponseEvent,
+    SelfComposedEvent,
+    ZCDPEvent,
+    dpsgd_event,
+)
+from dpkit.guarantees import NeighbourRelation
+
+REFERENCE = Path(__file__).parent.parent / "data" / "pld_reference.csv"
+
+
+def gaussian_delta(epsilon: float, mu: float) -> float:
+    """Balle & Wang 2018, Thm. 8: the exact privacy profile of a Gaussian with mu = sensitivity / sigma."""
+    return float(ndtr(-epsilon / mu + mu / 2) - math.exp(epsilon) * ndtr(-epsilon / mu - mu / 2))
+
+
+def laplace_delta(epsilon: float, b: float) -> float:
+    """One Laplace mechanism (scale b, sensitivity 1): delta = 1 - e^((eps - 1/b)/2) on [-1/b, 1/b]."""
+    if epsilon >= 1 / b:
+        return 0.0
+    if epsilon < -1 / b:
+        return 1 - math.exp(epsilon)
+    return 1 - math.exp((epsilon - 1 / b) / 2)
+
+
+def laplace_two_fold_delta(epsilon: float, b: float) -> float:
+    """delta_2(eps) = E[delta_1(eps - L)], L the loss of one Laplace: atoms at +-1/b, density in between."""
+    atoms = 0.5 * laplace_delta(epsilon - 1 / b, b) + 0.5 * math.exp(-1 / b) * laplace_delta(epsilon + 1 / b, b)
+
+    def density(loss: float) -> float:
+        return 0.25 * math.exp(-1 / (2 * b) + loss / 2) * laplace_delta(epsilon - loss, b)
+
+    middle, _ = integrate.quad(density, -1 / b, 1 / b, points=[epsilon - 1 / b, epsilon + 1 / b], epsabs=1e-14)
+    return atoms + middle
+
+
+@pytest.mark.parametrize(("sigma", "count"), [(1.0, 1), (2.0, 10), (5.0, 200)])
+@pytest.mark.parametrize("epsilon", [0.0, 0.5, 1.0, 3.0])
+def test_gaussian_composition_matches_analytic(sigma: float, count: int, epsilon: float) -> None:
+    exact = gaussian_delta(epsilon, math.sqrt(count) / sigma)
+    upper = PLDAccountant().compose(GaussianEvent(sigma), count).delta(epsilon)
+    lower = PLDAccountant(pessimistic=False).compose(GaussianEvent(sigma), count).delta(epsilon)
+    assert lower <= exact + 1e-12
+    assert exact <= upper <= exact * 1.01 + 1e-12
+
+
+def test_gaussian_epsilon_is_certified_and_tight() -> None:
+    accountant = PLDAccountant().compose(SelfComposedEvent(GaussianEvent(3.0), 100))
+    epsilon = accountant.epsilon(1e-5)
+    mu = math.sqrt(100) / 3.0
+    assert gaussian_delta(epsilon, mu) <= 1e-5  # a certified epsilon: the true delta there is below target
+    assert gaussian_delta(epsilon * 0.999, mu) > 1e-5  # ... and within 0.1 %
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1, 0.3, 0.5])
+def test_two_fold_laplace_matches_numerical_integration(epsilon: float) -> None:
+    b = 4.0
+    exact = laplace_two_fold_delta(epsilon, b)
+    upper = PLDAccountant().compose(LaplaceEvent(b), 2).delta(epsilon)
+    lower = PLDAccountant(pessimistic=False).compose(LaplaceEvent(b), 2).delta(epsilon)
+    assert lower - 1e-12 <= exact <= upper <= exact + 1e-3
+
+
+def test_pure_dp_composition_is_exact_binomial() -> None:
+    # k randomized-response pairs: the loss is eps (2 U - k), U ~ Bin(k, e^eps / (1 + e^eps)).
+    k, eps0, epsilon = 5, 0.5, 1.2
+    p = math.exp(eps0) / (1 + math.exp(eps0))
+    exact = sum(
+        math.comb(k, u) * p**u * (1 - p) ** (k - u) * max(0.0, 1 - math.exp(epsilon - eps0 * (2 * u - k)))
+        for u in range(k + 1)
+    )
+    assert PLDAccountant().compose(PureDPEvent(eps0), k).delta(epsilon) == pytest.approx(exact, abs=1e-6)
+    assert PLDAccountant().compose(ApproxDPEvent(eps0, 1e-3)).delta(eps0) == pytest.approx(1e-3, abs=1e-6)
+
+
+def _reference_rows() -> list[dict[str, str]]:
+    with REFERENCE.open() as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+def _workload(row: dict[str, str]) -> SelfComposedEvent:
+    noise, q, count = float(row["noise_multiplier"]), float(row["sampling_rate"]), int(row["count"])
+    inner = LaplaceEvent(noise) if "laplace" in row["kind"] else GaussianEvent(noise)
+    if row["kind"].startswith("subsampled"):
+        return SelfComposedEvent(PoissonSampledEvent(q, inner), count)
+    return SelfComposedEvent(inner, count)
+
+
+@pytest.mark.parametrize("row", _reference_rows(), ids=lambda row: row["name"])
+def test_against_dp_accounting_and_prv(row: dict[str, str]) -> None:
+    delta = float(row["delta"])
+    event = _workload(row)
+    pessimistic = PLDAccountant().compose(event).epsilon(delta)
+    optimistic = PLDAccountant(pessimistic=False).compose(event).epsilon(delta)
+    truth_low = float(row["dpa_optimistic"])  # dp_accounting's lower estimate (grid 1e-5)
+    truth_high = float(row["dpa_pessimistic"])  # dp_accounting's certified bound (grid 1e-5)
+    assert pessimistic >= truth_low - 1e-6
+    assert pessimistic <= truth_high * 1.001
+    assert optimistic <= pessimistic
+    if row["prv_upper"]:
+        assert pessimistic <= float(row["prv_upper"])
+        assert pessimistic >= float(row["prv_lower"])
+
+
+def test_w1_within_a_tenth_of_a_percent() -> None:
+    epsilon = PLDAccountant().compose(dpsgd_event(1.1, 256 / 60000, 14063)).epsilon(1e-5)
+    assert 2.3816 <= epsilon <= 2.3817 * 1.001
+
+
+def test_heterogeneous_equals_grouped_and_order_free() -> None:
+    one = PLDAccountant().compose(LaplaceEvent(10.0), 50).compose(GaussianEvent(20.0), 50)
+    two = PLDAccountant()
+    for _ in range(50):
+        two.compose(GaussianEvent(20.0))
+        two.compose(LaplaceEvent(10.0))
+    assert one.epsilon(1e-5) == pytest.approx(two.epsilon(1e-5), rel=1e-9)
+    # a query in the middle does not change the final answer
+    three = PLDAccountant().compose(LaplaceEvent(10.0), 50)
+    three.epsilon(1e-5)
+    three.compose(GaussianEvent(20.0), 50)
+    assert three.epsilon(1e-5) == pytest.approx(one.epsilon(1e-5), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        DiscreteLaplaceEvent(3.0, 2),
+        DiscreteGaussianEvent(3.0, 1),
+        RandomizedResponseEvent(1.0, 4, neighbours=NeighbourRelation.ADD_REMOVE),
+        PoissonSampledEvent(0.1, PureDPEvent(1.0)),
+        PoissonSampledEvent(0.1, DiscreteGaussianEvent(2.0)),
+        PoissonSampledEvent(0.2, LaplaceEvent(1.0)),
+    ],
+)
+def test_other_events_are_monotone_and_bounded(event: object) -> None:
+    few = PLDAccountant().compose(event, 2)  # type: ignore[arg-type]
+    many = PLDAccountant().compose(event, 20)  # type: ignore[arg-type]
+    assert 0 < few.epsilon(1e-5) <= many.epsilon(1e-5) < math.inf
+    assert 0 <= many.delta(1.0) <= 1
+
+
+def test_discrete_gaussian_close_to_continuous_for_large_sigma() -> None:
+    discrete = PLDAccountant().compose(DiscreteGaussianEvent(20.0), 10).delta(0.5)
+    assert discrete == pytest.approx(gaussian_delta(0.5, math.sqrt(10) / 20.0), rel=1e-3)
+
+
+def test_subsampled_pure_dp_matches_amplification_bound() -> None:
+    # One Poisson-subsampled eps-DP release is log(1 + q (e^eps - 1))-DP, and that is tight.
+    q, eps0 = 0.1, 1.0
+    accountant = PLDAccountant().compose(PoissonSampledEvent(q, PureDPEvent(eps0)))
+    assert accountant.delta(math.log1p(q * math.expm1(eps0)) + 1e-3) == pytest.approx(0.0, abs=1e-10)
+
+
+def test_refuses_unsupported_events_without_change() -> None:
+    accountant = PLDAccountant().compose(GaussianEvent(2.0))
+    before = accountant.epsilon(1e-5)
+    for event in (ZCDPEvent(0.5), RandomizedResponseEvent(1.0), DiscreteGaussianEvent(2.0, 1.5)):
+        assert not accountant.supports(event)
+        with pytest.raises(UnsupportedEventError):
+            accountant.compose(event)
+    assert len(accountant.history) == 1
+    assert accountant.epsilon(1e-5) == before
+    replace_one = PLDAccountant(NeighbourRelation.REPLACE_ONE)
+    with pytest.raises(UnsupportedEventError):
+        replace_one.compose(PoissonSampledEvent(0.1, GaussianEvent(1.0, neighbours=NeighbourRelation.REPLACE_ONE)))
+
+
+@pytest.mark.parametrize(
+    ("name", "kwargs"),
+    [
+        ("discretization", {"discretization": 0.0}),
+        ("discretization", {"discretization": -1e-4}),
+        ("discretization", {"discretization": float("nan")}),
+        ("discretization", {"discretization": "0.1"}),
+        ("tail_mass", {"tail_mass": 0.0}),
+        ("tail_mass", {"tail_mass": float("nan")}),
+        ("pessimistic", {"pessimistic": 1}),
+    ],
+)
+def test_bad_parameters(name: str, kwargs: dict[str, object]) -> None:
+    with pytest.raises(InvalidParameterError) as raised:
+        PLDAccountant(**kwargs)  # type: ignore[arg-type]
+    assert raised.value.name == name
+
+
+def test_empty_and_flags() -> None:
+    assert PLDAccountant().epsilon(1e-5) == 0.0
+    assert PLDAccountant().certified is True
+    assert PLDAccountant(pessimistic=False).certified is False
+    assert np.isfinite(PLDAccountant().compose(GaussianEvent(1.0)).delta(0.0))

@@ -148,3 +148,22 @@ def test_grid_is_public_and_exact():
     assert np.all(np.abs(snapped - values) <= 2.0 ** (k - 1))
     # Coarser grid when the noise is huge compared with the sensitivity.
     assert grid_exponent(1.0, 2.0**40) >= 10
+
+
+def test_no_release_path_uses_an_insecure_generator():
+    """Only the test-only seeded source and the synthetic sample data may touch numpy's RNG."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[2] / "src" / "dpkit"
+    allowed = {"noise/_random.py", "datasets.py"}
+    offenders = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root).as_posix()
+        text = path.read_text()
+        if (
+            re.search(r"np\.random|numpy\.random|^import random|^from random ", text, flags=re.M)
+            and relative not in allowed
+        ):
+            offenders.append(relative)
+    assert offenders == []

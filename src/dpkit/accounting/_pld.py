@@ -25,6 +25,14 @@ How this module keeps the answer a *certified* upper bound (``pessimistic=True``
    (from the exact moment generating function of the discrete PLDs) is added to the +inf mass.
 4. For Poisson subsampling under add/remove both directions are composed and the larger delta is
    reported (Zhu, Dong & Wang 2022, Prop. 30; as Google's dp_accounting does).
+5. For sampling m of n records without replacement under replace-one, with (P, Q) the inner
+   pair and q = m/n, every ordered pair of neighbours has H_a <= H_a(A || Q), A = q P + (1-q) Q,
+   for a >= 1 (Balle, Barthe & Gaboardi 2018, Thm. 10, advanced joint convexity), hence, as the
+   relation is symmetric, H_a <= H_a(Q || A) for a < 1. Composing (A, Q) and (Q, A) separately
+   would not be sound (neither dominates for all a; cf. Lebeda, Regehr, Kamath & Steinke 2024),
+   so we use the one symmetric pair S whose profile is exactly that bound: its losses above 0
+   are those of (A, Q) under A, below 0 the negated ones under Q, plus an atom at 0. The bound
+   is convex (so S exists) when the inner pair is symmetric, as all supported ones are.
 
 ``pessimistic=False`` rounds every loss *down* to the grid instead: an optimistic estimate (a
 lower bound in exact arithmetic), labelled ``certified = False``.
@@ -58,6 +66,7 @@ from dpkit.events import (
     PrivacyEvent,
     PureDPEvent,
     RandomizedResponseEvent,
+    SampledWithoutReplacementEvent,
 )
 from dpkit.guarantees import NeighbourRelation
 
@@ -261,6 +270,34 @@ def _subsampled_atoms_pair(q: float, inner: _Pair, *, remove: bool) -> _Pair:
     return _atoms_pair(new_losses[keep2], new_p[keep2], 0.0)
 
 
+def _symmetrised_pair(base: _Pair) -> _Pair:
+    """The symmetric pair S with delta_S = delta_(A||B) for eps >= 0, delta_(B||A) below (see 5.).
+
+    For eps >= 0 the tails of S are those of (A, B); for eps < 0, P_S(L <= eps) = B(L_AB >= -eps)
+    and Q_S(L <= eps) = A(-eps <= L_AB < inf) (the mirror image), A's +inf mass sitting at +inf
+    for P_S and at -inf for Q_S. The rest, 1 - A(+inf) - A(L_AB > 0) - B(L_AB >= 0), is an atom
+    at 0; it must not be negative (the profile is then convex, a genuine pair).
+    """
+    infinity = base.infinity_mass
+
+    def tails(eps: FloatArray) -> tuple[FloatArray, FloatArray]:
+        eps = np.asarray(eps, dtype=np.float64)
+        a_gt, b_gt = base.tails(eps)
+        # A(L_AB >= t), B(L_AB >= t) at t = -eps: the tails just below t.
+        a_ge, b_ge = base.tails(np.nextafter(-eps, -np.inf))
+        positive = eps >= 0
+        p = np.where(positive, a_gt, 1.0 - infinity - b_ge)
+        q = np.where(positive, b_gt, 1.0 - infinity - a_ge)
+        return np.clip(p, 0.0, 1.0), np.clip(q, 0.0, 1.0)
+
+    a0, _ = base.tails(np.array([0.0]))
+    _, b0 = base.tails(np.array([np.nextafter(0.0, -np.inf)]))
+    if 1.0 - infinity - float(a0[0]) - float(b0[0]) < -1e-12:
+        raise InternalError("the without-replacement profile is not convex for this inner pair")
+    low = -base.high if math.isfinite(base.high) else -math.inf
+    return _Pair(tails, low=low, high=base.high, infinity_mass=infinity)
+
+
 # -- discretisation --------------------------------------------------------------------------------
 
 
@@ -460,8 +497,8 @@ class PLDAccountant(PrivacyAccountant):
     ``pessimistic=False`` an optimistic estimate (losses rounded down; ``certified`` is False).
     ``discretization`` is the grid spacing of the loss; ``tail_mass`` the largest mass each
     truncation may move to +inf. Supports Gaussian, Laplace, discrete Laplace and Gaussian
-    (integer sensitivity), randomized response, pure and approximate DP events, and Poisson
-    subsampling (add/remove) of any of them.
+    (integer sensitivity), randomized response, pure and approximate DP events, Poisson
+    subsampling (add/remove) and sampling without replacement (replace-one) of any of them.
 
     >>> from dpkit.events import dpsgd_event
     >>> accountant = PLDAccountant().compose(dpsgd_event(1.1, 256 / 60000, 14063))
@@ -520,7 +557,35 @@ class PLDAccountant(PrivacyAccountant):
             inner_atoms = self._atoms(inner)
             if inner_atoms is not None:
                 return _subsampled_atoms_pair(q, inner_atoms, remove=remove)
+        if isinstance(event, SampledWithoutReplacementEvent):
+            return self._without_replacement_pair(event)
         return None
+
+    def _without_replacement_pair(self, event: SampledWithoutReplacementEvent) -> _Pair | None:
+        # Replace-one only (the sample size reveals the data size under add/remove).
+        inner = event.event
+        if self.neighbours is not NeighbourRelation.REPLACE_ONE:
+            return None
+        if getattr(inner, "neighbours", None) is not self.neighbours:
+            return None
+        q = event.sample_size / event.source_size
+        base: _Pair | None = None
+        if isinstance(inner, GaussianEvent):
+            if q == 1.0:
+                return _gaussian_pair(inner.noise_multiplier)
+            base = _subsampled_gaussian_pair(q, inner.noise_multiplier, remove=True)
+        elif isinstance(inner, LaplaceEvent):
+            if q == 1.0:
+                return _laplace_pair(inner.noise_multiplier)
+            base = _subsampled_laplace_pair(q, inner.noise_multiplier, remove=True)
+        else:
+            inner_atoms = self._atoms(inner)
+            if inner_atoms is None:
+                return None
+            if q == 1.0:
+                return inner_atoms
+            base = _subsampled_atoms_pair(q, inner_atoms, remove=True)
+        return _symmetrised_pair(base)
 
     @staticmethod
     def _atoms(event: PrivacyEvent) -> _Pair | None:

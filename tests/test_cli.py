@@ -48,3 +48,12 @@ def test_account_text_and_plot(tmp_path, capsys):
 def test_account_bad_input(capsys):
     assert main(["account", "dpsgd", "--noise-multiplier", "1.1", "--sampling-rate", "1.5", "--steps", "10"]) == 2
     assert "sampling_probability" in capsys.readouterr().err
+
+
+def test_risk_subcommand_json(capsys):
+    import json
+
+    assert main(["risk", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["epsilon0"] for row in rows] == [0.5, 0.6, 0.7]
+    assert all(row["budget_with_risk"] < row["budget_without_risk"] for row in rows)

@@ -42,6 +42,13 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--epsilon", type=float, default=None, help="report delta at this epsilon")
     account.add_argument("--json", action="store_true", help="print JSON")
     account.add_argument("--plot", metavar="FILE.png", help="draw the trade-off curve (needs matplotlib)")
+    commands.add_parser("risk", help="privacy at risk and the cost model (see `dpkit risk --help`)", add_help=False)
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "risk":
+        from dpkit.risk import cli_main
+
+        return cli_main(argv[1:])
     args = parser.parse_args(argv)
 
     from dpkit import DPError

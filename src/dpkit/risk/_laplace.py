@@ -1,0 +1,134 @@
+"""Privacy at risk of the Laplace mechanism: the explicit randomness of the noise.
+
+Dandekar, Basu & Bressan, "Differential Privacy at Risk: Bridging Randomness and Privacy
+Budget", PoPETs 2021(1), Sec. 4.1 (summarised in French by Dandekar, Basu, Senellart & Bressan,
+BDA 2020, seed 001).
+
+**Definition used here (the paper's Theorem 4, stated precisely).** The Laplace mechanism
+``M(x) = f(x) + eta`` with ``f`` of L1 sensitivity ``Delta`` and ``eta`` made of ``k``
+independent ``Laplace(Delta / epsilon0)`` coordinates is ``epsilon0``-DP. Write
+``T = (epsilon0 / Delta) |eta_1 + ... + eta_k|``: the magnitude of the noise's contribution to the
+privacy loss along the direction of a change of ``f`` (for ``k = 1`` the loss at an output is at
+most ``T``; in ``k`` dimensions it is a sum over coordinates, whence a sum of ``k`` standard
+Laplace variables, which has the "Bessel-K" law of the paper). The mechanism is ``epsilon0``-DP,
+so the realised bound is only informative on ``{T <= epsilon0}``; the **confidence** that the
+mechanism is ``epsilon``-DP is
+
+    c_k(epsilon; epsilon0) = P[T <= epsilon | T <= epsilon0] = F_k(epsilon) / F_k(epsilon0)
+
+for ``0 <= epsilon <= epsilon0`` and 1 for ``epsilon >= epsilon0``, with ``F_k`` the CDF of
+``|S_k|``, ``S_k`` a sum of ``k`` standard Laplace variables. The **risk** is ``1 - c``.
+
+**Exact form for every integer k.** ``|S_k|`` is a finite mixture of Gamma laws (the
+half-integer Bessel function ``K_{k - 1/2}`` is elementary):
+
+    F_k(x) = sum_{j=0}^{k-1} C(k-1+j, j) 2^{-(k-1+j)} P(k - j, x)
+
+with ``P`` the regularised lower incomplete gamma function; for ``k = 1`` this gives
+``c_1 = (1 - e^-epsilon) / (1 - e^-epsilon0)``. The confidence increases in ``epsilon`` and
+decreases in ``epsilon0`` (``F_k`` is a CDF) and in ``k`` (checked in the tests).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import scipy.optimize
+import scipy.special
+
+from dpkit._validation import check_epsilon, check_integer, check_positive, check_probability
+
+__all__ = ["abs_laplace_sum_cdf", "epsilon_at_risk", "laplace_confidence", "laplace_risk"]
+
+
+def abs_laplace_sum_cdf(x: float, dimension: int) -> float:
+    """``P[|S_k| <= x]`` for ``S_k`` a sum of ``k = dimension`` standard Laplace variables (exact).
+
+    >>> round(abs_laplace_sum_cdf(1.0, 1), 6) == round(1 - math.exp(-1.0), 6)
+    True
+    """
+    k = check_integer("dimension", dimension, minimum=1)
+    x = check_positive("x", x, allow_zero=True, allow_inf=True)
+    if x == 0.0:
+        return 0.0
+    if math.isinf(x):
+        return 1.0
+    j = np.arange(k, dtype=np.float64)
+    log_weights = (scipy.special.gammaln(k + j) - scipy.special.gammaln(j + 1.0) - scipy.special.gammaln(float(k))) - (
+        k - 1 + j
+    ) * math.log(2.0)
+    value = float(np.sum(np.exp(log_weights) * scipy.special.gammainc(k - j, x)))
+    return min(1.0, max(0.0, value))
+
+
+def _check_pair(epsilon: Any, epsilon0: Any, dimension: Any) -> tuple[float, float, int]:
+    eps = check_positive("epsilon", epsilon, allow_zero=True, allow_inf=True)
+    eps0 = check_epsilon(epsilon0, "epsilon0")
+    k = check_integer("dimension", dimension, minimum=1)
+    return eps, eps0, k
+
+
+def laplace_confidence(epsilon: float, epsilon0: float, dimension: int = 1) -> float:
+    """Returns a **confidence**: the probability that the ``epsilon0``-Laplace mechanism is ``epsilon``-DP.
+
+    ``c_k(epsilon) = F_k(epsilon) / F_k(epsilon0)`` for ``epsilon <= epsilon0``, 1 above (see the
+    module docstring for the definition; Dandekar, Basu & Bressan 2021, Thm. 4). ``dimension`` is
+    the number ``k`` of noisy coordinates.
+
+    >>> round(laplace_confidence(0.5, 1.0), 6)   # (1 - e^-0.5) / (1 - e^-1)
+    0.622459
+    >>> laplace_confidence(2.0, 1.0)
+    1.0
+    """
+    eps, eps0, k = _check_pair(epsilon, epsilon0, dimension)
+    if eps >= eps0:
+        return 1.0
+    if k == 1:
+        # closed form, with expm1 for accuracy at small epsilon
+        return min(1.0, math.expm1(-eps) / math.expm1(-eps0))
+    return min(1.0, abs_laplace_sum_cdf(eps, k) / abs_laplace_sum_cdf(eps0, k))
+
+
+def laplace_risk(epsilon: float, epsilon0: float, dimension: int = 1) -> float:
+    """Returns a **risk**: ``1 - laplace_confidence(epsilon, epsilon0, dimension)``.
+
+    >>> round(laplace_risk(0.5, 1.0), 6)
+    0.377541
+    """
+    eps, eps0, k = _check_pair(epsilon, epsilon0, dimension)
+    if eps >= eps0:
+        return 0.0
+    if k == 1:
+        # 1 - c_1 = (e^-eps - e^-eps0) / (1 - e^-eps0), computed without cancellation
+        return max(0.0, math.exp(-eps) * -math.expm1(eps - eps0) / -math.expm1(-eps0))
+    return max(0.0, 1.0 - laplace_confidence(eps, eps0, k))
+
+
+def epsilon_at_risk(risk: float, epsilon0: float, dimension: int = 1) -> float:
+    """Returns an **epsilon**: the smallest ``epsilon`` whose risk is at most ``risk``.
+
+    Inverse of :func:`laplace_risk` in ``epsilon`` (closed form for ``k = 1``,
+    ``epsilon = -ln(1 - (1 - risk)(1 - e^-epsilon0))``; a bracketed root on ``[0, epsilon0]``
+    otherwise). ``risk = 0`` gives ``epsilon0``, ``risk = 1`` gives 0.
+
+    >>> round(epsilon_at_risk(0.377541, 1.0), 4)
+    0.5
+    >>> epsilon_at_risk(0.0, 0.7)
+    0.7
+    """
+    gamma = check_probability("risk", risk)
+    eps0 = check_epsilon(epsilon0, "epsilon0")
+    k = check_integer("dimension", dimension, minimum=1)
+    if gamma == 0.0:
+        return eps0
+    if gamma == 1.0:
+        return 0.0
+    if k == 1:
+        return min(eps0, -math.log1p((1.0 - gamma) * math.expm1(-eps0)))
+    target = 1.0 - gamma
+    root = scipy.optimize.brentq(
+        lambda e: laplace_confidence(e, eps0, k) - target, 0.0, eps0, xtol=1e-14, rtol=1e-14, maxiter=500
+    )
+    return float(root)

@@ -6,7 +6,17 @@ import sys
 
 import pytest
 
-PACKAGES = ["dpkit", "dpkit.guarantees", "dpkit.noise", "dpkit.mechanisms", "dpkit.audit", "dpkit.events"]
+PACKAGES = [
+    "dpkit",
+    "dpkit.guarantees",
+    "dpkit.noise",
+    "dpkit.mechanisms",
+    "dpkit.audit",
+    "dpkit.events",
+    "dpkit.accounting",
+    "dpkit.local",
+    "dpkit.risk",
+]
 
 
 @pytest.mark.parametrize("name", PACKAGES)

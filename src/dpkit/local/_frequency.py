@@ -1,0 +1,550 @@
+"""Frequency oracles: epsilon-local-DP randomizers over k categories with unbiased count estimators.
+
+Every oracle here is a "pure" protocol (Wang, Blocki, Li & Jha 2017, "Locally differentially
+private protocols for frequency estimation", USENIX Security, Sec. 3): a report y *supports* a
+set of categories, a person holding v supports v with probability p and any other category u
+with probability q < p, so with C_v the number of reports supporting v among n,
+
+    c_v = (C_v - n q) / (p - q)
+
+is an unbiased estimate of the number of people holding v, and (Wang et al. 2017, Eq. 2)
+
+    Var[c_v] = n q (1 - q) / (p - q)^2 + n_v (1 - p - q) / (p - q)   (n_v = true count).
+
+``variance(n)`` returns the first term, the variance of a *count* whose true value is 0 (the
+published formulas; divide by n^2 for a frequency: ``frequency_variance(n)``);
+``variance(n, true_count)`` the exact one.
+
+Every random draw is exact (:mod:`dpkit.noise` and
+:func:`dpkit.mechanisms.randomized_response.bernoulli_keep`), so each report's law is exactly
+the one :meth:`transition_matrix` lists, whose column ratios are at most e^eps: eps-LDP, i.e.
+``PureDP(eps, REPLACE_ONE)`` for one person's report.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, ClassVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import as_fraction, check_epsilon, check_integer, check_probability, warn_if_risky
+from dpkit.guarantees import NeighbourRelation, PureDP
+from dpkit.mechanisms.randomized_response import RandomizedResponse, bernoulli_keep
+from dpkit.noise import RandomSource, resolve_source, uniform_integers
+
+__all__ = ["KRR", "OLH", "OUE", "SUE", "FrequencyOracle", "HadamardResponse", "LocalReports", "fast_walsh_hadamard"]
+
+_Z = {0.05: 1.959963984540054, 0.01: 2.5758293035489004}
+
+
+@dataclass(frozen=True, eq=False)
+class LocalReports:
+    """The reports of n people, tagged with the oracle and parameters that produced them.
+
+    ``data`` holds one row per person: category indices (k-RR, Hadamard response), bit vectors
+    (unary encodings) or (a, b, bucket) triples (OLH). Estimators refuse reports whose tag differs.
+    """
+
+    oracle: str
+    parameters: tuple[Any, ...]
+    data: NDArray[Any]
+
+    def __len__(self) -> int:
+        return int(self.data.shape[0])
+
+    @staticmethod
+    def concatenate(parts: list[LocalReports]) -> LocalReports:
+        """Join report batches of one oracle (for chunked collection)."""
+        if not parts or any(p.oracle != parts[0].oracle or p.parameters != parts[0].parameters for p in parts):
+            raise InvalidParameterError("parts", len(parts), "must be a non-empty list of reports of one oracle")
+        return LocalReports(parts[0].oracle, parts[0].parameters, np.concatenate([p.data for p in parts]))
+
+
+def _normal_quantile(alpha: float) -> float:
+    if alpha in _Z:
+        return _Z[alpha]
+    from statistics import NormalDist
+
+    return NormalDist().inv_cdf(1 - alpha / 2)
+
+
+class FrequencyOracle(ABC):
+    """Shared interface: ``randomize``, ``estimate``, ``variance``, ``confidence_interval``, ``guarantee``."""
+
+    name: ClassVar[str] = "oracle"
+
+    def __init__(self, k: int, epsilon: float) -> None:
+        self._k = check_integer("k", k, minimum=2)
+        self._epsilon = check_epsilon(epsilon)
+        warn_if_risky(self._epsilon)
+        self._epsilon_exact = as_fraction(self._epsilon)
+
+    @property
+    def k(self) -> int:
+        return self._k
+
+    @property
+    def epsilon(self) -> float:
+        return self._epsilon
+
+    @property
+    def guarantee(self) -> PureDP:
+        """eps-LDP: one person's report, any two values of theirs (REPLACE_ONE)."""
+        return PureDP(self._epsilon_exact, NeighbourRelation.REPLACE_ONE)  # type: ignore[arg-type]
+
+    # -- the support probabilities (Wang et al. 2017, Sec. 3) ---------------------------------------
+    @property
+    @abstractmethod
+    def p(self) -> float:
+        """P(a report supports the reporter's own category)."""
+        raise NotImplementedError
+
+    @property
+    @abstractmethod
+    def q(self) -> float:
+        """P(a report supports a given other category)."""
+        raise NotImplementedError
+
+    def _parameters(self) -> tuple[Any, ...]:
+        return (self._k, self._epsilon)
+
+    def _values(self, values: Any) -> NDArray[np.int64]:
+        array = np.asarray(values)
+        allowed = f"must be integer category indices in 0..{self._k - 1}"
+        if array.dtype.kind not in "iu" or isinstance(values, bool | np.bool_):
+            raise InvalidParameterError("values", values, allowed)
+        if array.size and (array.min() < 0 or array.max() >= self._k):
+            raise InvalidParameterError("values", values, allowed)
+        return array.astype(np.int64).reshape(-1)
+
+    def _reports(self, reports: Any) -> NDArray[Any]:
+        if not isinstance(reports, LocalReports):
+            raise InvalidParameterError("reports", type(reports).__name__, f"must be LocalReports from {self!r}")
+        if reports.oracle != self.name or reports.parameters != self._parameters():
+            raise InvalidParameterError(
+                "reports", f"{reports.oracle}{reports.parameters}", f"must come from {self.name}{self._parameters()}"
+            )
+        if len(reports) == 0:
+            raise InvalidParameterError("reports", 0, "must hold at least one report")
+        return reports.data
+
+    def randomize(self, values: Any, rng: RandomSource | None = None) -> LocalReports:
+        """One eps-LDP report per value (category indices 0..k-1; a client passes its one value)."""
+        data = self._randomize(self._values(values), resolve_source(rng))
+        return LocalReports(self.name, self._parameters(), data)
+
+    @abstractmethod
+    def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
+        raise NotImplementedError
+
+    @abstractmethod
+    def support_counts(self, reports: LocalReports) -> NDArray[np.int64]:
+        """C_v: how many reports support each category v."""
+        raise NotImplementedError
+
+    def estimate(self, reports: LocalReports) -> NDArray[np.float64]:
+        """Unbiased estimates of the number of people in each category (they sum to n in expectation).
+
+        c_v = (C_v - n q) / (p - q) (Wang et al. 2017, Sec. 3); estimates can be negative.
+        """
+        counts = self.support_counts(reports)
+        n = len(reports)
+        return np.asarray((counts - n * self.q) / (self.p - self.q), dtype=np.float64)
+
+    def variance(self, n: int, true_count: Any = None) -> Any:
+        """Variance of one category's estimated COUNT from n reports.
+
+        Without ``true_count``: n q (1 - q) / (p - q)^2, exact for a category nobody holds (the
+        published formulas times n^2). With ``true_count`` n_v (a number or array), the exact
+        variance n q (1 - q)/(p - q)^2 + n_v (1 - p - q)/(p - q) (Wang et al. 2017, Eq. 2).
+        """
+        m = check_integer("n", n, minimum=1)
+        p, q = self.p, self.q
+        base = m * q * (1 - q) / (p - q) ** 2
+        if true_count is None:
+            return base
+        nv = np.asarray(true_count, dtype=np.float64)
+        if not np.all(np.isfinite(nv)) or np.any(nv < 0) or np.any(nv > m):
+            raise InvalidParameterError("true_count", true_count, f"must be in [0, n={m}]")
+        result = base + nv * (1 - p - q) / (p - q)
+        return float(result) if nv.ndim == 0 else result
+
+    def frequency_variance(self, n: int) -> float:
+        """Variance of one category's estimated FREQUENCY (count / n) at true frequency 0."""
+        m = check_integer("n", n, minimum=1)
+        return float(self.variance(m)) / (m * m)
+
+    def confidence_interval(self, reports: LocalReports, alpha: float = 0.05) -> NDArray[np.float64]:
+        """Two-sided (1 - alpha) normal-approximation intervals on each count, shape (k, 2).
+
+        Conservative variance: the exact variance at the largest plausible true count (the
+        estimate clipped to [0, n]), since Var grows with n_v when 1 - p - q > 0.
+        """
+        level = check_probability("alpha", alpha, open_low=True, open_high=True)
+        estimates = self.estimate(reports)
+        n = len(reports)
+        worst = np.clip(estimates, 0, n) if 1 - self.p - self.q > 0 else np.zeros_like(estimates)
+        half = _normal_quantile(level) * np.sqrt(self.variance(n, worst))
+        return np.stack([estimates - half, estimates + half], axis=1)
+
+    @abstractmethod
+    def transition_matrix(self) -> NDArray[np.float64]:
+        """P(report = y | value = x) for every x (rows) and every possible report y (columns)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{self.name}(k={self._k}, epsilon={self._epsilon})"
+
+
+class KRR(FrequencyOracle):
+    """k-ary randomized response (seed 000): report the truth with probability e^eps / (e^eps + k - 1).
+
+    Reuses :class:`dpkit.mechanisms.RandomizedResponse` (exact draws). k = 2 is binary randomized
+    response (Warner 1965). Count variance n (k - 2 + e^eps) / (e^eps - 1)^2 (seed 000; Wang et al. 2017).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> krr = KRR(4, 1.0)
+    >>> reports = krr.randomize(np.array([0, 1, 2, 3, 0]), rng=InsecureSeededRandom(0))
+    >>> reports.data.tolist()
+    [2, 1, 2, 3, 1]
+    >>> round(krr.variance(1000), 2)
+    1598.07
+    """
+
+    name = "KRR"
+
+    def __init__(self, k: int, epsilon: float) -> None:
+        super().__init__(k, epsilon)
+        self._mechanism = RandomizedResponse(self._epsilon, k=self._k)
+
+    @property
+    def p(self) -> float:
+        return 1.0 / (1.0 + (self._k - 1) * math.exp(-self._epsilon))
+
+    @property
+    def q(self) -> float:
+        return 1.0 / (math.exp(self._epsilon) + self._k - 1)
+
+    def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
+        return np.asarray(self._mechanism.release(values, rng=source), dtype=np.int64)
+
+    def support_counts(self, reports: LocalReports) -> NDArray[np.int64]:
+        data = self._reports(reports)
+        if data.ndim != 1:
+            raise InvalidParameterError("reports", data.shape, "must be a 1-d array of categories")
+        return np.bincount(data, minlength=self._k)
+
+    def transition_matrix(self) -> NDArray[np.float64]:
+        return self._mechanism.output_probabilities()
+
+
+class _UnaryEncoding(FrequencyOracle):
+    """Unary encoding: the value as a one-hot k-bit vector, bit j kept at 1 with probability p if j is
+    the value and set to 1 with probability q otherwise (Wang et al. 2017, Sec. 4.3)."""
+
+    def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
+        n, k = values.size, self._k
+        out = np.empty((n, k), dtype=bool)
+        step = max(1, 2**21 // k)  # about 2 million coins (16 MiB of random words) at a time
+        for start in range(0, n, step):
+            part = values[start : start + step]
+            block = self._other_bits(part.size * k, source).reshape(part.size, k)
+            block[np.arange(part.size), part] = self._own_bits(part.size, source)
+            out[start : start + part.size] = block
+        return out
+
+    @abstractmethod
+    def _own_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        raise NotImplementedError
+
+    @abstractmethod
+    def _other_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        raise NotImplementedError
+
+    def support_counts(self, reports: LocalReports) -> NDArray[np.int64]:
+        data = self._reports(reports)
+        if data.ndim != 2 or data.shape[1] != self._k:
+            raise InvalidParameterError("reports", data.shape, f"must be an (n, {self._k}) bit matrix")
+        return np.count_nonzero(data, axis=0).astype(np.int64)
+
+    def transition_matrix(self) -> NDArray[np.float64]:
+        """Over all 2^k bit vectors (k <= 12), column y = the vector with bits of y's binary digits."""
+        if self._k > 12:
+            raise InvalidParameterError("k", self._k, "must be <= 12 to list all 2^k reports")
+        bits = (np.arange(2**self._k)[:, None] >> np.arange(self._k)[None, :]) & 1  # (2^k, k)
+        out = np.empty((self._k, 2**self._k))
+        for x in range(self._k):
+            prob = np.full(self._k, self.q)
+            prob[x] = self.p
+            out[x] = np.prod(np.where(bits == 1, prob, 1 - prob), axis=1)
+        return out
+
+
+class SUE(_UnaryEncoding):
+    """Symmetric unary encoding (basic one-time RAPPOR; Erlingsson, Pihur & Korolova 2014):
+    p = e^(eps/2) / (e^(eps/2) + 1), q = 1 - p.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> SUE(3, 2.0).randomize(np.array([0, 2]), rng=InsecureSeededRandom(0)).data.astype(int).tolist()
+    [[1, 0, 0], [0, 1, 1]]
+    """
+
+    name = "SUE"
+
+    @property
+    def p(self) -> float:
+        return 1.0 / (1.0 + math.exp(-self._epsilon / 2))
+
+    @property
+    def q(self) -> float:
+        return 1.0 / (1.0 + math.exp(self._epsilon / 2))
+
+    def _own_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        return bernoulli_keep(self._epsilon_exact / 2, 2, size, rng=source)
+
+    def _other_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        return ~bernoulli_keep(self._epsilon_exact / 2, 2, size, rng=source)
+
+
+class OUE(_UnaryEncoding):
+    """Optimized unary encoding (Wang et al. 2017, Sec. 4.4): p = 1/2, q = 1/(e^eps + 1).
+
+    Count variance 4 n e^eps / (e^eps - 1)^2 (Wang et al. 2017, Eq. 9).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> OUE(3, 2.0).randomize(np.array([0, 2]), rng=InsecureSeededRandom(0)).data.astype(int).tolist()
+    [[0, 0, 0], [0, 0, 0]]
+    >>> round(OUE(3, 1.0).frequency_variance(1000), 6)
+    0.003683
+    """
+
+    name = "OUE"
+
+    @property
+    def p(self) -> float:
+        return 0.5
+
+    @property
+    def q(self) -> float:
+        return 1.0 / (1.0 + math.exp(self._epsilon))
+
+    def _own_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        from dpkit.noise import bernoulli_rational
+
+        return bernoulli_rational(Fraction(1, 2), size, rng=source)
+
+    def _other_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
+        return ~bernoulli_keep(self._epsilon_exact, 2, size, rng=source)
+
+
+def _smallest_prime_at_least(m: int) -> int:
+    candidate = max(2, m)
+    while any(candidate % d == 0 for d in range(2, math.isqrt(candidate) + 1)):
+        candidate += 1
+    return candidate
+
+
+class OLH(FrequencyOracle):
+    """Optimized local hashing (Wang et al. 2017, Sec. 4.4): hash the value into g = round(e^eps) + 1
+    buckets with a fresh public hash, then k-RR over the g buckets.
+
+    Hash family: h_(a,b)(x) = ((a x + b) mod P) mod g, P the smallest prime >= max(k, g), a uniform
+    in 1..P-1, b uniform in 0..P-1, drawn exactly per person (Carter & Wegman 1979). For x != x'
+    the pair ((a x + b) mod P, (a x' + b) mod P) is uniform over distinct residue pairs, so the
+    collision probability is exactly c = sum_j m_j (m_j - 1) / (P (P - 1)) (m_j = #{r < P: r mod g = j}),
+    and q = c p' + (1 - c)(1 - p')/(g - 1) exactly, p' = e^eps / (e^eps + g - 1): the estimator is
+    exactly unbiased. Report: (a, b, bucket), O(log k) bits.
+
+    Aggregation without a loop per report: reports are counted per (a, b, bucket) cell and, for each
+    a, the cyclic correlation over b with the bucket pattern is one FFT (cost O(P^2 g log P), not
+    O(n k)); beyond 2^24 cells it falls back to chunked broadcasting over (reports x categories).
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> olh = OLH(5, 1.0)
+    >>> olh.g, olh.prime
+    (4, 5)
+    >>> olh.randomize(np.array([0, 4]), rng=InsecureSeededRandom(0)).data.tolist()
+    [[4, 0, 0], [2, 4, 2]]
+    """
+
+    name = "OLH"
+
+    def __init__(self, k: int, epsilon: float, *, g: int | None = None) -> None:
+        super().__init__(k, epsilon)
+        self._g = max(2, round(math.exp(self._epsilon)) + 1) if g is None else check_integer("g", g, minimum=2)
+        self._prime = _smallest_prime_at_least(max(self._k, self._g))
+        if self._prime >= 2**31:
+            raise InvalidParameterError("k", k, "must be below 2**31 for OLH")
+        self._bucket_rr = RandomizedResponse(self._epsilon, k=self._g)
+        sizes = np.bincount(np.arange(self._prime) % self._g, minlength=self._g).astype(np.float64)
+        self._collision = float(np.sum(sizes * (sizes - 1)) / (self._prime * (self._prime - 1)))
+
+    @property
+    def g(self) -> int:
+        return self._g
+
+    @property
+    def prime(self) -> int:
+        return self._prime
+
+    def _parameters(self) -> tuple[Any, ...]:
+        return (self._k, self._epsilon, self._g)
+
+    @property
+    def p(self) -> float:
+        return 1.0 / (1.0 + (self._g - 1) * math.exp(-self._epsilon))
+
+    @property
+    def q(self) -> float:
+        keep = self.p
+        c = self._collision
+        return c * keep + (1 - c) * (1 - keep) / (self._g - 1)
+
+    def hash(self, a: Any, b: Any, values: Any) -> NDArray[np.int64]:
+        """h_(a,b)(x) = ((a x + b) mod P) mod g (broadcasting)."""
+        return ((np.asarray(a, np.int64) * np.asarray(values, np.int64) + b) % self._prime) % self._g
+
+    def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
+        n = values.size
+        a = uniform_integers(self._prime - 1, n, rng=source) + 1
+        b = uniform_integers(self._prime, n, rng=source)
+        buckets = np.asarray(self._bucket_rr.release(self.hash(a, b, values), rng=source), dtype=np.int64)
+        return np.stack([a, b, buckets], axis=1).astype(np.int32)
+
+    def support_counts(self, reports: LocalReports) -> NDArray[np.int64]:
+        data = self._reports(reports)
+        if data.ndim != 2 or data.shape[1] != 3:
+            raise InvalidParameterError("reports", data.shape, "must be an (n, 3) array of (a, b, bucket)")
+        cells = (self._prime - 1) * self._prime * self._g
+        if cells <= 2**24 and data.shape[0] * self._k > 8 * cells:
+            return self._support_grouped(data)
+        return self._support_broadcast(data)
+
+    def _support_broadcast(self, data: NDArray[Any]) -> NDArray[np.int64]:
+        values = np.arange(self._k, dtype=np.int64)
+        chunk = max(1, 2**22 // self._k)
+        out = np.zeros(self._k, dtype=np.int64)
+        for start in range(0, data.shape[0], chunk):
+            part = data[start : start + chunk].astype(np.int64)
+            hashed = self.hash(part[:, 0:1], part[:, 1:2], values[None, :])
+            out += np.count_nonzero(hashed == part[:, 2:3], axis=0)
+        return out
+
+    def _support_grouped(self, data: NDArray[Any]) -> NDArray[np.int64]:
+        prime, g = self._prime, self._g
+        flat = ((data[:, 0].astype(np.int64) - 1) * prime + data[:, 1]) * g + data[:, 2]
+        table = np.bincount(flat, minlength=(prime - 1) * prime * g).reshape(prime - 1, prime, g)
+        # S_a(r) = sum_b sum_j table[a, b, j] [((r + b) mod P) mod g == j]: a cyclic correlation in b.
+        pattern = (np.arange(prime)[:, None] % g == np.arange(g)[None, :]).astype(np.float64)
+        spectrum = np.einsum("abj,bj->ab", np.conj(np.fft.rfft(table, axis=1)), np.fft.rfft(pattern, axis=0))
+        correlation = np.fft.irfft(spectrum, n=prime, axis=1)
+        a = np.arange(1, prime, dtype=np.int64)
+        residues = (a[:, None] * np.arange(self._k, dtype=np.int64)[None, :]) % prime
+        gathered = np.take_along_axis(correlation, residues, axis=1).sum(axis=0)
+        return np.rint(gathered).astype(np.int64)
+
+    def transition_matrix(self) -> NDArray[np.float64]:
+        """Columns: every (a, b, bucket) report, P(seed) P(bucket | h_seed(x)) (small P only)."""
+        prime, g = self._prime, self._g
+        if (prime - 1) * prime * g > 2**20:
+            raise InvalidParameterError("k", self._k, "is too large to list all OLH reports")
+        grid_a, grid_b = np.meshgrid(np.arange(1, prime), np.arange(prime), indexing="ij")
+        a, b = grid_a.ravel(), grid_b.ravel()
+        seed_probability = 1.0 / ((prime - 1) * prime)
+        bucket_law = self._bucket_rr.output_probabilities()  # (g, g)
+        out = np.empty((self._k, a.size * g))
+        for x in range(self._k):
+            hashed = self.hash(a, b, x)
+            out[x] = (seed_probability * bucket_law[hashed]).ravel()
+        return out
+
+    def __repr__(self) -> str:
+        return f"OLH(k={self._k}, epsilon={self._epsilon}, g={self._g})"
+
+
+def fast_walsh_hadamard(vector: NDArray[Any]) -> NDArray[np.float64]:
+    """The Sylvester-Hadamard transform H v (length a power of two), in O(K log K).
+
+    >>> fast_walsh_hadamard(np.array([1.0, 0.0, 0.0, 0.0])).tolist()
+    [1.0, 1.0, 1.0, 1.0]
+    """
+    out = np.array(vector, dtype=np.float64)
+    size = out.size
+    h = 1
+    while h < size:
+        view = out.reshape(-1, 2, h)
+        top, bottom = view[:, 0, :].copy(), view[:, 1, :].copy()
+        view[:, 0, :] = top + bottom
+        view[:, 1, :] = top - bottom
+        h *= 2
+    return out
+
+
+class HadamardResponse(FrequencyOracle):
+    """Hadamard response (Acharya, Sun & Zhang 2019, "Hadamard Response: Estimating Distributions
+    Privately, Efficiently, and with Little Communication", AISTATS, Sec. 4, the basic scheme).
+
+    K = the smallest power of two > k; value x owns the set C_x = {y : H[x+1, y] = +1} (row x+1 of
+    the Sylvester-Hadamard matrix, K/2 elements). The report is uniform on C_x with probability
+    e^eps/(e^eps + 1), uniform on its complement otherwise: P(y | x) is 2e^eps/(K(e^eps + 1)) or
+    2/(K(e^eps + 1)), ratio e^eps. Rows are orthogonal, so another value's report lands in C_v with
+    probability exactly q = 1/2; p = e^eps/(e^eps + 1). Counts C_v = (n + (H hist)[v+1]) / 2 come from
+    one fast Walsh-Hadamard transform of the histogram of reports. Message: log2 K bits.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> hr = HadamardResponse(3, 1.0)
+    >>> hr.size
+    4
+    >>> hr.randomize(np.array([0, 1, 2]), rng=InsecureSeededRandom(0)).data.tolist()
+    [0, 1, 3]
+    """
+
+    name = "HadamardResponse"
+
+    def __init__(self, k: int, epsilon: float) -> None:
+        super().__init__(k, epsilon)
+        self._size = 1 << self._k.bit_length()  # smallest power of two > k
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    @property
+    def p(self) -> float:
+        return 1.0 / (1.0 + math.exp(-self._epsilon))
+
+    @property
+    def q(self) -> float:
+        return 0.5
+
+    def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
+        rows = values + 1
+        inside = bernoulli_keep(self._epsilon_exact, 2, values.size, rng=source)
+        candidate = uniform_integers(self._size, values.size, rng=source)
+        odd = (np.bitwise_count(candidate & rows) & 1).astype(bool)  # H[row, y] = -1
+        # XOR with the row's lowest set bit flips the parity: a bijection between C_x and its complement.
+        flip = odd == inside
+        lowest = rows & -rows
+        return np.where(flip, candidate ^ lowest, candidate)
+
+    def support_counts(self, reports: LocalReports) -> NDArray[np.int64]:
+        data = self._reports(reports)
+        if data.ndim != 1:
+            raise InvalidParameterError("reports", data.shape, "must be a 1-d array of indices")
+        transformed = fast_walsh_hadamard(np.bincount(data, minlength=self._size))
+        return np.rint((data.size + transformed[1 : self._k + 1]) / 2).astype(np.int64)
+
+    def transition_matrix(self) -> NDArray[np.float64]:
+        y = np.arange(self._size)
+        out = np.empty((self._k, self._size))
+        e = math.exp(self._epsilon)
+        for x in range(self._k):
+            plus = (np.bitwise_count(y & (x + 1)) & 1) == 0
+            out[x] = np.where(plus, 2 * e, 2.0) / (self._size * (e + 1))
+        return out

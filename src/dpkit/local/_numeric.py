@@ -17,10 +17,10 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import as_fraction, check_epsilon, check_integer, check_probability, warn_if_risky
 from dpkit.guarantees import NeighbourRelation, PureDP
-from dpkit.local._coins import bernoulli_dyadic, bernoulli_logistic
+from dpkit.local._coins import bernoulli_dyadic
 from dpkit.local._frequency import LocalReports, _normal_quantile
 from dpkit.mechanisms.randomized_response import bernoulli_keep
-from dpkit.noise import RandomSource, resolve_source, uniform_integers
+from dpkit.noise import RandomSource, bernoulli_logistic, resolve_source, uniform_integers
 
 __all__ = ["DuchiMechanism", "PiecewiseMechanism"]
 
@@ -198,7 +198,7 @@ class PiecewiseMechanism(_MeanMechanism):
         target = (1.0 + values) / 2.0 * (n - m)
         base = np.floor(target)
         start = base.astype(np.int64) + bernoulli_dyadic(target - base, source)
-        inside = bernoulli_logistic(self._epsilon_exact, self._ratio, count, source)
+        inside = bernoulli_logistic(self._epsilon_exact, self._ratio, count, rng=source)
         within = uniform_integers(m, count, rng=source)
         outside = uniform_integers(n - m, count, rng=source)
         outside = np.where(outside < start, outside, outside + m)  # skip the window

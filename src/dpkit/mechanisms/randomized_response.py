@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any
 
-import mpmath
 import numpy as np
 from numpy.typing import NDArray
 
@@ -30,28 +29,11 @@ from dpkit._validation import as_fraction, check_epsilon, check_integer, check_p
 from dpkit.events import RandomizedResponseEvent
 from dpkit.guarantees import NeighbourRelation, PureDP
 from dpkit.mechanisms._base import Mechanism
-from dpkit.noise import RandomSource, resolve_source, uniform_integers
-from dpkit.noise._exact import _LOCK, LazyUniform, _mpf_tuple_to_fraction
+from dpkit.noise import RandomSource, bernoulli_logistic, resolve_source, uniform_integers
 
 __all__ = ["RandomizedResponse", "bernoulli_keep"]
 
-_TWO_64 = 1 << 64
 _DOMAIN_RULE = "must be a sequence of at least 2 distinct labels"
-
-
-def _keep_interval(epsilon: Fraction, k: int, precision: int) -> tuple[Fraction, Fraction]:
-    """Rigorous bounds on 1 / (1 + (k - 1) e^-epsilon) at ``precision`` bits (mpmath intervals)."""
-    iv = mpmath.iv
-    with _LOCK:  # mpmath's interval precision is a global setting
-        saved = iv.prec
-        try:
-            iv.prec = precision + 32
-            exponent = iv.mpf(epsilon.numerator) / iv.mpf(epsilon.denominator)
-            value = 1 / (1 + (k - 1) * iv.exp(-exponent))
-            low, high = value._mpi_
-        finally:
-            iv.prec = saved
-    return _mpf_tuple_to_fraction(low), _mpf_tuple_to_fraction(high)
 
 
 def bernoulli_keep(
@@ -70,17 +52,7 @@ def bernoulli_keep(
     eps = epsilon if isinstance(epsilon, Fraction) else as_fraction(check_epsilon(epsilon))
     categories = check_integer("k", k, minimum=2)
     n = check_integer("size", size, minimum=0)
-    source = resolve_source(rng)
-    low, high = _keep_interval(eps, categories, 96)
-    sure_below = (low.numerator * _TWO_64) // low.denominator  # w + 1 <= lo 2^64  <=>  w < floor(lo 2^64)
-    sure_above = -((-high.numerator * _TWO_64) // high.denominator)  # w >= ceil(hi 2^64)
-    words = source.uint64(n)
-    keep = words < np.uint64(min(sure_below, _TWO_64 - 1))
-    ambiguous = np.flatnonzero(~keep & (words < np.uint64(min(sure_above, _TWO_64 - 1))))
-    for index in ambiguous:
-        uniform = LazyUniform(int(words[index]), 64, source)
-        keep[index] = uniform.less_than(lambda precision: _keep_interval(eps, categories, precision))
-    return keep
+    return bernoulli_logistic(eps, Fraction(categories - 1), n, rng=rng)
 
 
 class RandomizedResponse(Mechanism):

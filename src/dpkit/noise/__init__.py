@@ -5,6 +5,7 @@ from dpkit.noise._random import InsecureSeededRandom, RandomSource, SecureRandom
 from dpkit.noise._samplers import (
     MAX_SCALE,
     bernoulli_exp,
+    bernoulli_logistic,
     bernoulli_rational,
     constant_time_tv_bound,
     discrete_gaussian,
@@ -20,6 +21,7 @@ __all__ = [
     "RandomSource",
     "SecureRandom",
     "bernoulli_exp",
+    "bernoulli_logistic",
     "bernoulli_rational",
     "constant_time_tv_bound",
     "default_source",

@@ -18,7 +18,7 @@ import mpmath
 
 from dpkit.noise._random import RandomSource
 
-__all__ = ["LazyUniform", "exp_neg_interval", "fraction_interval"]
+__all__ = ["LazyUniform", "exp_neg_interval", "fraction_interval", "logistic_interval"]
 
 # An interval threshold: given a working precision in bits, return (low, high) Fractions with
 # low <= threshold <= high.
@@ -81,6 +81,25 @@ def exp_neg_interval(x: Fraction, factor: Fraction = Fraction(1), divisor_exp_ne
                     inner = iv.mpf(divisor_exp_neg.numerator) / iv.mpf(divisor_exp_neg.denominator)
                     value = value / (1 + iv.exp(-inner))
                 low, high = value._mpi_
+            finally:
+                iv.prec = saved
+        return _mpf_tuple_to_fraction(low), _mpf_tuple_to_fraction(high)
+
+    return interval
+
+
+def logistic_interval(x: Fraction, ratio: Fraction) -> Threshold:
+    """Interval for ``1 / (1 + ratio * exp(-x))`` (mpmath interval arithmetic: rigorous bounds)."""
+
+    def interval(precision: int) -> tuple[Fraction, Fraction]:
+        iv = mpmath.iv
+        with _LOCK:  # mpmath's interval precision is a global setting
+            saved = iv.prec
+            try:
+                iv.prec = precision + 32
+                exponent = iv.mpf(x.numerator) / iv.mpf(x.denominator)
+                factor = iv.mpf(ratio.numerator) / iv.mpf(ratio.denominator)
+                low, high = (1 / (1 + factor * iv.exp(-exponent)))._mpi_
             finally:
                 iv.prec = saved
         return _mpf_tuple_to_fraction(low), _mpf_tuple_to_fraction(high)

@@ -28,12 +28,13 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_integer, check_positive
-from dpkit.noise._exact import LazyUniform, Threshold, exp_neg_interval
+from dpkit.noise._exact import LazyUniform, Threshold, exp_neg_interval, logistic_interval
 from dpkit.noise._random import RandomSource, resolve_source
 
 __all__ = [
     "MAX_SCALE",
     "bernoulli_exp",
+    "bernoulli_logistic",
     "bernoulli_rational",
     "constant_time_tv_bound",
     "discrete_gaussian",
@@ -49,6 +50,7 @@ MAX_SCALE = 2.0**40
 _REL_MARGIN = 2.0**-44
 _TWO_M53 = 2.0**-53
 _BATCH = 1 << 20
+_TWO_64 = 1 << 64
 
 
 def _check_size(size: int) -> int:
@@ -253,6 +255,56 @@ def bernoulli_rational(p: Fraction | int | str, size: int, *, rng: RandomSource 
     for index in np.flatnonzero(words == np.uint64(cut)):
         uniform = LazyUniform(int(words[index]), 64, source)
         result[index] = uniform.less_than(lambda _precision: (probability, probability))
+    return result
+
+
+def _exact_rational(value: object) -> Fraction | None:
+    """``value`` (a Fraction, an int or a finite float, taken exactly; not a bool) as a Fraction."""
+    if isinstance(value, bool | np.bool_):
+        return None
+    if isinstance(value, Fraction):
+        return value
+    if isinstance(value, int | np.integer):
+        return Fraction(int(value))
+    if isinstance(value, float | np.floating) and math.isfinite(value):
+        return Fraction(float(value))
+    return None
+
+
+def bernoulli_logistic(
+    epsilon: Fraction | int | float, ratio: Fraction | int | float, size: int, *, rng: RandomSource | None = None
+) -> NDArray[np.bool_]:
+    """Exact Bernoulli(1 / (1 + ratio e^-epsilon)) trials, for epsilon >= 0 and a rational ratio > 0.
+
+    A float ``epsilon`` or ``ratio`` is taken as the exact binary value it holds. Each trial
+    compares a uniform U, known first by one 64-bit word w (U in [w, w+1) 2^-64), with the
+    threshold's rigorous bounds [lo, hi] (:func:`dpkit.noise._exact.logistic_interval`); only
+    words with lo <= (w or w+1) 2^-64 <= hi draw more bits. k-ary randomized response's "keep"
+    coin is ratio = k - 1.
+
+    >>> from fractions import Fraction
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> bernoulli_logistic(Fraction(1), Fraction(3, 2), 6, rng=InsecureSeededRandom(0)).astype(int).tolist()
+    [1, 1, 1, 1, 0, 0]
+    """
+    eps = _exact_rational(epsilon)
+    if eps is None or eps < 0:
+        raise InvalidParameterError("epsilon", epsilon, "must be a finite real number >= 0 (Fraction, int or float)")
+    factor = _exact_rational(ratio)
+    if factor is None or factor <= 0:
+        raise InvalidParameterError("ratio", ratio, "must be a positive rational number (Fraction, int or float)")
+    n = _check_size(size)
+    source = resolve_source(rng)
+    threshold = logistic_interval(eps, factor)
+    low, high = threshold(96)
+    sure_below = (low.numerator * _TWO_64) // low.denominator  # w + 1 <= lo 2^64  <=>  w < floor(lo 2^64)
+    sure_above = -((-high.numerator * _TWO_64) // high.denominator)  # w >= ceil(hi 2^64)
+    words = source.uint64(n)
+    result = words < np.uint64(min(sure_below, _TWO_64 - 1))
+    ambiguous = np.flatnonzero(~result & (words < np.uint64(min(sure_above, _TWO_64 - 1))))
+    for index in ambiguous:
+        uniform = LazyUniform(int(words[index]), 64, source)
+        result[index] = uniform.less_than(threshold)
     return result
 
 

@@ -20,8 +20,6 @@ from dpkit.noise._exact import LazyUniform, fraction_interval
 
 __all__ = ["bernoulli_dyadic"]
 
-_TWO_64 = 1 << 64
-
 
 def bernoulli_dyadic(probabilities: NDArray[np.float64], source: RandomSource) -> NDArray[np.bool_]:
     """Exact Bernoulli(t_i) for each float t_i in [0, 1] (one 64-bit word per trial, rarely more).

@@ -33,8 +33,8 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
-from dpkit._validation import as_fraction, check_epsilon, check_integer, check_probability, warn_if_risky
-from dpkit.guarantees import NeighbourRelation, PureDP
+from dpkit._validation import check_integer, check_probability
+from dpkit.local._randomizer import LocalRandomizer
 from dpkit.mechanisms.randomized_response import RandomizedResponse, bernoulli_keep
 from dpkit.noise import RandomSource, resolve_source, uniform_integers
 
@@ -74,29 +74,18 @@ def _normal_quantile(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
-class FrequencyOracle(ABC):
+class FrequencyOracle(LocalRandomizer, ABC):
     """Shared interface: ``randomize``, ``estimate``, ``variance``, ``confidence_interval``, ``guarantee``."""
 
     name: ClassVar[str] = "oracle"
 
     def __init__(self, k: int, epsilon: float) -> None:
         self._k = check_integer("k", k, minimum=2)
-        self._epsilon = check_epsilon(epsilon)
-        warn_if_risky(self._epsilon)
-        self._epsilon_exact = as_fraction(self._epsilon)
+        super().__init__(epsilon)
 
     @property
     def k(self) -> int:
         return self._k
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
-
-    @property
-    def guarantee(self) -> PureDP:
-        """eps-LDP: one person's report, any two values of theirs (REPLACE_ONE)."""
-        return PureDP(self._epsilon_exact, NeighbourRelation.REPLACE_ONE)  # type: ignore[arg-type]
 
     # -- the support probabilities (Wang et al. 2017, Sec. 3) ---------------------------------------
     @property

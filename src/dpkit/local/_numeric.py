@@ -15,32 +15,18 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
-from dpkit._validation import as_fraction, check_epsilon, check_integer, check_probability, warn_if_risky
-from dpkit.guarantees import NeighbourRelation, PureDP
+from dpkit._validation import check_integer, check_probability
 from dpkit.local._coins import bernoulli_dyadic
 from dpkit.local._frequency import LocalReports, _normal_quantile
+from dpkit.local._randomizer import LocalRandomizer
 from dpkit.mechanisms.randomized_response import bernoulli_keep
 from dpkit.noise import RandomSource, bernoulli_logistic, resolve_source, uniform_integers
 
 __all__ = ["DuchiMechanism", "PiecewiseMechanism"]
 
 
-class _MeanMechanism(ABC):
+class _MeanMechanism(LocalRandomizer, ABC):
     name: ClassVar[str] = "mean"
-
-    def __init__(self, epsilon: float) -> None:
-        self._epsilon = check_epsilon(epsilon)
-        warn_if_risky(self._epsilon)
-        self._epsilon_exact = as_fraction(self._epsilon)
-
-    @property
-    def epsilon(self) -> float:
-        return self._epsilon
-
-    @property
-    def guarantee(self) -> PureDP:
-        """eps-LDP for one person's report (REPLACE_ONE)."""
-        return PureDP(self._epsilon_exact, NeighbourRelation.REPLACE_ONE)  # type: ignore[arg-type]
 
     def _values(self, values: Any) -> NDArray[np.float64]:
         array = np.asarray(values)

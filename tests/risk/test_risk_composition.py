@@ -2,6 +2,7 @@
 
 import math
 
+import numpy as np
 import pytest
 
 from dpkit import InvalidParameterError
@@ -44,6 +45,22 @@ def test_never_above_advanced_and_equal_at_zero_confidence() -> None:
         assert composition(k, 0.0, 0.5, 1e-5) == pytest.approx(advanced)
         best = CostModel(550_000.0).optimal_epsilon(0.5)
         assert composition(k, best, 0.5, 1e-5) < advanced
+
+
+def test_drift_dominates_the_true_kl_so_the_bound_is_sound_whatever_c_means() -> None:
+    # The realised per-step loss of an eps0-Laplace step has mean KL = eps0 + e^-eps0 - 1 (any
+    # dimension) and lies in [-eps0, eps0]; Azuma needs drift >= KL. k = 1 is the worst case
+    # (c_k <= c_1 and the drift decreases in c), checked here on a grid.
+    worst = math.inf
+    for eps0 in np.geomspace(1e-3, 20.0, 120):
+        kl = eps0 + math.expm1(-eps0)
+        for eps in np.linspace(0.0, eps0, 101):
+            for k in (1, 3):
+                c = laplace_confidence(eps, eps0, k)
+                drift = c * eps * math.expm1(eps) + (1 - c) * eps0 * math.expm1(eps0)
+                worst = min(worst, drift / kl)
+    assert worst >= 1.2
+    assert 2 * (1 - 2 / (3 * math.sqrt(3))) == pytest.approx(1.2302, abs=1e-4)  # the small-eps0 limit
 
 
 def test_figure_matching_form_is_not_a_guarantee() -> None:

@@ -34,7 +34,7 @@ from dpkit.accounting._hypothesis import (
     tradeoff_from_pair,
     tradeoff_from_profile,
 )
-from dpkit.accounting._pld import PLDAccountant
+from dpkit.accounting._pld import PLDAccountant, PrivacyLossDistribution
 from dpkit.accounting._plots import plot_epsilon_vs_steps, plot_privacy_loss_distribution, plot_tradeoff
 from dpkit.accounting._rdp import RDPAccountant
 from dpkit.accounting._zcdp import ZCDPAccountant
@@ -73,6 +73,7 @@ __all__ = [
     "PrivacyAccountant",
     "PrivacyEvent",
     "PrivacyFilter",
+    "PrivacyLossDistribution",
     "PrivacyOdometer",
     "PureDPEvent",
     "RDPAccountant",

@@ -17,6 +17,17 @@ martingale with increments bounded by ``epsilon0``, so Azuma-Hoeffding gives
 ``P[sum L_i > k drift + sqrt(2 k ln(1/delta)) epsilon0] <= delta``. The bound is
 ``advanced`` at ``c = 0`` and never larger.
 
+**Sound whatever ``c`` means.** ``c`` is the paper's noise-statistic confidence (see
+:mod:`dpkit.risk._laplace`), not a probability of the realised loss; the bound is a guarantee
+for another reason. Each step's realised loss lies in ``[-epsilon0, epsilon0]`` and its
+conditional mean is the KL divergence of the step's pair, at most ``phi(epsilon0) = epsilon0 +
+e^-epsilon0 - 1`` for an ``epsilon0``-Laplace step in any dimension (``phi`` is convex with
+``phi(0) = 0``, so ``sum_i phi(a_i) <= phi(sum_i a_i)``). The drift is at least ``phi(epsilon0)``:
+it decreases in ``c`` and ``c_k <= c_1``, so ``k = 1`` is the worst case, and there the ratio
+drift / ``phi(epsilon0)`` is at least 1.23 on a grid of ``epsilon0`` in ``[1e-3, 20]`` and
+``epsilon`` in ``[0, epsilon0]`` (its small-``epsilon0`` limit is ``2 (1 - 2 / (3 sqrt 3)) ~ 1.230``;
+checked in ``tests/risk/test_risk_composition.py``). Azuma with the true drift then applies.
+
 A form in the paper whose deviation term uses ``epsilon`` in place of ``epsilon0`` only matches
 one of its figures; it is **not** implemented here, because the increments of the martingale are
 bounded by ``epsilon0``, not ``epsilon``, and the tests show such a form falls below the exact PLD

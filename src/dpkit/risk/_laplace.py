@@ -1,32 +1,51 @@
 """Privacy at risk of the Laplace mechanism: the explicit randomness of the noise.
 
 Dandekar, Basu & Bressan, "Differential Privacy at Risk: Bridging Randomness and Privacy
-Budget", PoPETs 2021(1), Sec. 4.1 (summarised in French by Dandekar, Basu, Senellart & Bressan,
-BDA 2020, seed 001).
+Budget", PoPETs 2021(1), arXiv:2003.00973, Sec. 4.1, Theorem 4 (summarised in French by
+Dandekar, Basu, Senellart & Bressan, BDA 2020, seed 001).
 
-**Definition used here (the paper's Theorem 4, stated precisely).** The Laplace mechanism
-``M(x) = f(x) + eta`` with ``f`` of L1 sensitivity ``Delta`` and ``eta`` made of ``k``
-independent ``Laplace(Delta / epsilon0)`` coordinates is ``epsilon0``-DP. Write
-``T = (epsilon0 / Delta) |eta_1 + ... + eta_k|``: the magnitude of the noise's contribution to the
-privacy loss along the direction of a change of ``f`` (for ``k = 1`` the loss at an output is at
-most ``T``; in ``k`` dimensions it is a sum over coordinates, whence a sum of ``k`` standard
-Laplace variables, which has the "Bessel-K" law of the paper). The mechanism is ``epsilon0``-DP,
-so the realised bound is only informative on ``{T <= epsilon0}``; the **confidence** that the
-mechanism is ``epsilon``-DP is
+**The statement implemented (exactly).** The Laplace mechanism ``M(x) = f(x) + eta``, with ``f``
+of L1 sensitivity ``Delta`` and ``eta = (eta_1, ..., eta_k)`` independent ``Laplace(Delta /
+epsilon0)`` coordinates, is ``epsilon0``-DP. With the noise statistic
+
+    T = (epsilon0 / Delta) |eta_1 + ... + eta_k|,
+
+:func:`laplace_confidence` returns
 
     c_k(epsilon; epsilon0) = P[T <= epsilon | T <= epsilon0] = F_k(epsilon) / F_k(epsilon0)
 
-for ``0 <= epsilon <= epsilon0`` and 1 for ``epsilon >= epsilon0``, with ``F_k`` the CDF of
-``|S_k|``, ``S_k`` a sum of ``k`` standard Laplace variables. The **risk** is ``1 - c``.
+for ``0 <= epsilon <= epsilon0`` (1 for ``epsilon >= epsilon0``), ``F_k`` the CDF of ``|S_k|``,
+``S_k`` a sum of ``k`` standard Laplace variables; the **risk** is ``1 - c_k``. This is the
+paper's ``gamma_1``: the theorem's text was not available to us, but its formula, as the
+authors implement it (github.com/ashishdandekar/Privacy-at-risk, ``formulae.py``, ``bound(e1, e2,
+n)``: a ratio of a hypergeometric closed form at ``e1`` and ``e2``), equals ``c_k`` for every
+``k`` (``tests/data/privacy_at_risk_reference.csv``, 1e-12), and for ``k = 1`` it is the issue's
+``(1 - e^-epsilon) / (1 - e^-epsilon0)``.
 
-**Exact form for every integer k.** ``|S_k|`` is a finite mixture of Gamma laws (the
-half-integer Bessel function ``K_{k - 1/2}`` is elementary):
+**Why it is correct.** ``(epsilon0 / Delta) eta_i`` are independent standard Laplace variables,
+so ``T = |S_k|`` in law, and the first equality is the definition of a conditional probability
+(``{T <= epsilon}`` is inside ``{T <= epsilon0}``). A standard Laplace variable is a difference of
+two independent ``Exp(1)``, so ``S_k = G - G'`` with ``G, G'`` independent ``Gamma(k, 1)``; for
+``x > 0`` its density is ``e^-x / Gamma(k)^2 int_0^inf (x + y)^(k-1) y^(k-1) e^(-2y) dy``, and
+expanding ``(x + y)^(k-1)`` binomially makes ``|S_k|`` a finite mixture of Gamma laws (the
+half-integer Bessel function ``K_{k - 1/2}`` of the paper's "Bessel-K" law is elementary):
 
-    F_k(x) = sum_{j=0}^{k-1} C(k-1+j, j) 2^{-(k-1+j)} P(k - j, x)
+    F_k(x) = sum_{j=0}^{k-1} C(k-1+j, j) 2^{-(k-1+j)} P(k - j, x),
 
-with ``P`` the regularised lower incomplete gamma function; for ``k = 1`` this gives
-``c_1 = (1 - e^-epsilon) / (1 - e^-epsilon0)``. The confidence increases in ``epsilon`` and
-decreases in ``epsilon0`` (``F_k`` is a CDF) and in ``k`` (checked in the tests).
+``P`` the regularised lower incomplete gamma function (weights summing to 1). The confidence
+increases in ``epsilon``, decreases in ``epsilon0`` (``F_k`` is a CDF) and in ``k`` (checked in
+the tests); the law of ``T`` is checked by simulation at a false-alarm rate of 1e-6.
+
+**What it is not: the probability that the realised privacy loss is at most epsilon.** From
+first principles, for neighbours with ``f(x) - f(y) = v``, ``|v|_1 <= Delta``, and the output
+``z = f(x) + eta``, the privacy loss is ``L = (epsilon0 / Delta) sum_i (|eta_i + v_i| - |eta_i|)``,
+always in ``[-epsilon0, epsilon0]``, and it is *not* bounded by ``T`` (at ``eta = 0``, ``T = 0``
+while ``L = epsilon0 |v|_1 / Delta``). For a change along one coordinate (``v = Delta e_1``) the
+other coordinates cancel and, whatever ``k``, ``P[L <= epsilon] = e^{-(epsilon0 - epsilon)/2} / 2``
+for ``-epsilon0 <= epsilon < epsilon0``, below 1/2 (:func:`dpkit.risk.laplace_loss_confidence`,
+checked by simulation). ``c_k`` is thus the paper's model of the noise, conditioned on ``T <= epsilon0``; it
+is reported as that and never as a bound on ``P[L <= epsilon]``. The composition bound built
+on it stays a guarantee for another reason (see :mod:`dpkit.risk._composition`).
 """
 
 from __future__ import annotations
@@ -73,9 +92,12 @@ def _check_pair(epsilon: Any, epsilon0: Any, dimension: Any) -> tuple[float, flo
 def laplace_confidence(epsilon: float, epsilon0: float, dimension: int = 1) -> float:
     """Returns a **confidence**: the probability that the ``epsilon0``-Laplace mechanism is ``epsilon``-DP.
 
-    ``c_k(epsilon) = F_k(epsilon) / F_k(epsilon0)`` for ``epsilon <= epsilon0``, 1 above (see the
-    module docstring for the definition; Dandekar, Basu & Bressan 2021, Thm. 4). ``dimension`` is
-    the number ``k`` of noisy coordinates.
+    ``c_k(epsilon) = P[T <= epsilon | T <= epsilon0] = F_k(epsilon) / F_k(epsilon0)`` for
+    ``epsilon <= epsilon0``, 1 above, with ``T = (epsilon0 / Delta) |eta_1 + ... + eta_k|`` the
+    noise statistic of the paper's ``gamma_1`` (Dandekar, Basu & Bressan 2021, Thm. 4). It is a
+    probability about the noise, not ``P[L <= epsilon]`` for the realised privacy loss ``L``
+    (that is :func:`dpkit.risk.laplace_loss_confidence`); see the module docstring. ``dimension``
+    is the number ``k`` of noisy coordinates.
 
     >>> round(laplace_confidence(0.5, 1.0), 6)   # (1 - e^-0.5) / (1 - e^-1)
     0.622459

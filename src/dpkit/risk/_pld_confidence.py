@@ -15,11 +15,11 @@ loss ``L = ln (dP/dQ)(Y)``, ``Y ~ P``, has a distribution (the PLD; Sommer, Meis
   ``-epsilon0 <= epsilon < epsilon0`` (0 below, 1 from ``epsilon0``).
 * Anything else a :class:`dpkit.accounting.PLDAccountant` supports (discrete mechanisms,
   randomised response, subsampled and composed events): read from the accountant's
-  discretised PLD (grid ``h``), mass at losses ``<= epsilon``; with both add and remove
-  directions the smaller confidence is returned. This reads the accountant's private state
-  (``_materialise``, read-only; it only finishes pending convolutions) because the accountant
-  has no public accessor for its PLD; the value is accurate to the grid (losses move by at most
-  ``h``, compositions spread that error), so it is an estimate, not a certified bound.
+  discretised PLD (:meth:`dpkit.accounting.PLDAccountant.loss_distribution`, grid ``h``), mass
+  at losses ``<= epsilon``; with both add and remove directions the smaller confidence is
+  returned. The value is accurate to the grid (losses move by at most ``h``, compositions
+  spread that error; the pessimistic grid may also carry rounding mass of about ``1e-8`` per
+  event), so it is an estimate, not a certified bound.
 
 **Not the paper's c_1.** For Laplace this worst-case-pair confidence is at most 1/2 below
 ``epsilon0`` (the loss equals ``epsilon0`` on half of the outputs), while the paper's
@@ -77,14 +77,11 @@ def laplace_loss_confidence(epsilon: float, epsilon0: float) -> float:
 
 
 def _pld_confidence(accountant: PLDAccountant, epsilon: float) -> float:
-    h = accountant.discretization
-    state = accountant._materialise()  # read-only use of the private PLD (no public accessor)
     values = []
-    for pld in state:
-        if pld is None:
-            continue
-        losses = (pld.start + np.arange(len(pld.probs))) * h
-        values.append(float(np.sum(pld.probs[losses <= epsilon + 1e-12 * h])))
+    for direction in ("remove", "add"):
+        pld = accountant.loss_distribution(direction)
+        tolerance = 1e-12 * pld.discretization  # a loss on the grid point epsilon counts as <= epsilon
+        values.append(float(np.sum(pld.probabilities[pld.losses <= epsilon + tolerance])))
     return min(1.0, max(0.0, min(values)))
 
 

@@ -16,6 +16,7 @@ PACKAGES = [
     "dpkit.accounting",
     "dpkit.local",
     "dpkit.risk",
+    "dpkit.engine",
 ]
 
 

@@ -11,7 +11,7 @@ subpackages ``dpkit.noise`` (secure exact samplers), ``dpkit.events`` and ``dpki
 True
 """
 
-from dpkit import audit, events, guarantees, mechanisms, noise
+from dpkit import audit, engine, events, guarantees, mechanisms, noise
 from dpkit._errors import (
     BudgetExceededError,
     DPError,
@@ -21,6 +21,7 @@ from dpkit._errors import (
     PrivacyWarning,
     UnsupportedEventError,
 )
+from dpkit.engine import Session
 from dpkit.guarantees import ZCDP, ApproxDP, NeighbourRelation, PureDP
 from dpkit.mechanisms import (
     DiscreteGaussian,
@@ -59,11 +60,13 @@ __all__ = [
     "PureDP",
     "RandomizedResponse",
     "ReportNoisyMax",
+    "Session",
     "SparseVector",
     "Staircase",
     "UnsupportedEventError",
     "ZCDP",
     "audit",
+    "engine",
     "events",
     "guarantees",
     "mechanisms",

@@ -1,0 +1,304 @@
+"""The bounded aggregation a backend runs, and the SQL that computes it (one text, two dialects).
+
+Contribution bounding without a sort by person (the usual ``ROW_NUMBER() OVER (PARTITION BY
+person ORDER BY random()) <= k``):
+
+1. aggregate the filtered, clamped rows per (person, group): the row count n and the sums of
+   the person's values in that group (a hash aggregation);
+2. bound groups per person: people in more than g groups keep g of them, ranked by a keyed
+   hash of the group (a secret salt per release); only those people are ranked at all;
+3. bound rows: a person with n > k rows in a group contributes k / n of their sums (and k to
+   the count). Their contribution is still at most k rows' worth of clamped values, so the
+   sensitivity is the same as keeping k rows, but no row is discarded: the released sum is
+   k times the person's mean instead of the sum of k random rows (same expectation, no
+   sampling variance).
+
+Exactness: values are clamped, then converted to integers in a public unit ``2^e`` (the unit
+chosen from the bounds alone), so every sum is an exact integer sum (DuckDB HUGEINT, Spark
+DECIMAL(38)); the k / n scaling is rounded to an integer per person, which moves a person's
+contribution by at most one unit (counted in the sensitivity). Sums are therefore identical on
+every backend and free of floating-point accumulation effects.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpkit.engine._plan import Bin, GroupKey, Join
+
+__all__ = ["AggregationPlan", "AggregationResult", "Histogram", "Moment", "render_sql", "unit_exponent"]
+
+#: Integer units per value bound: 2^30, so one row's value fits 31 bits and per-person sums fit int64.
+_UNIT_BITS = 30
+
+
+def unit_exponent(bound: float) -> int:
+    """Exponent e of the integer unit 2^e for values of magnitude at most ``bound`` (public)."""
+    return math.ceil(math.log2(max(bound, 2.0**-1000))) - _UNIT_BITS
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Per group: sum over bounded contributions of ((clamp(column) - shift) / 2^unit)^power, as an integer.
+
+    ``fill`` replaces NULL and NaN (before clamping). ``power`` is 1 or 2. The released value is
+    ``unit_scale * integer_sum`` (see ``unit_scale``).
+    """
+
+    name: str
+    column: str
+    low: float
+    high: float
+    shift: float
+    power: int
+    fill: float
+    offset: float = 0.0
+
+    @property
+    def bound(self) -> float:
+        """Largest |(clamp(x) - shift)^power - offset| of one row."""
+        reach = max(abs(self.low - self.shift), abs(self.high - self.shift))
+        if self.power == 1:
+            return reach + abs(self.offset)
+        low = (
+            0.0
+            if self.low <= self.shift <= self.high
+            else min(abs(self.low - self.shift), abs(self.high - self.shift)) ** 2
+        )
+        return max(abs(low - self.offset), abs(reach**2 - self.offset))
+
+    @property
+    def unit(self) -> int:
+        return unit_exponent(self.bound)
+
+    @property
+    def unit_scale(self) -> float:
+        return math.ldexp(1.0, self.unit)
+
+
+@dataclass(frozen=True)
+class Histogram:
+    """Per group: weighted counts of clamp(column) in ``bins`` equal bins of [low, high] (NULL/NaN -> fill).
+
+    Weights are fixed-point integers: a person with n rows in a group adds round(c k 2^20 / n)
+    to a bin holding c of their rows (``WEIGHT_BITS``).
+    """
+
+    name: str
+    column: str
+    low: float
+    high: float
+    bins: int
+    fill: float
+    log2: bool = False  # signed powers-of-two bins for automatic bounds (low/high/bins ignored)
+
+    WEIGHT_BITS = 20
+
+
+@dataclass(frozen=True)
+class AggregationPlan:
+    """Everything a backend needs to compute the noiseless bounded aggregates of one query."""
+
+    table: str
+    joins: tuple[Join, ...]
+    where: tuple[str, ...]
+    groups: tuple[GroupKey, ...]
+    keys: tuple[tuple[Any, ...], ...] | None
+    person: str | None
+    rows_per_group: int
+    groups_per_person: int
+    moments: tuple[Moment, ...] = ()
+    histogram: Histogram | None = None
+    salt: str = ""
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        return tuple(g.name if isinstance(g, Bin) else g for g in self.groups)
+
+    @property
+    def bounds_groups(self) -> bool:
+        """Whether some person could be in more groups than allowed (needs the ranking step)."""
+        if self.person is None or not self.groups:
+            return False
+        if self.keys is not None:
+            return self.groups_per_person < len(self.keys)
+        return True
+
+
+@dataclass(frozen=True)
+class AggregationResult:
+    """Noiseless bounded aggregates, one row per group present in the data (keys as tuples).
+
+    ``columns``: ``rows`` (bounded row count), ``persons`` (people after bounding) and one
+    integer column per moment; ``histogram``: per group, a dict bin index -> weighted count.
+    """
+
+    keys: list[tuple[Any, ...]]
+    columns: dict[str, list[int]]
+    histogram: list[dict[int, int]] | None = None
+
+
+# -- SQL ----------------------------------------------------------------------------------------
+
+
+def _literal(value: Any) -> str:
+    return exp.convert(value).sql(dialect="duckdb")
+
+
+def _quote(name: str) -> str:
+    return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")  # type: ignore[no-untyped-call]
+
+
+def _clamped(column: str, low: float, high: float, fill: float) -> str:
+    value = f"CAST({_quote(column)} AS DOUBLE)"
+    return (
+        f"(CASE WHEN {value} IS NULL OR isnan({value}) THEN {_literal(fill)} "
+        f"ELSE LEAST(GREATEST({value}, {_literal(low)}), {_literal(high)}) END)"
+    )
+
+
+def _group_expression(group: GroupKey) -> str:
+    if not isinstance(group, Bin):
+        return _quote(group)
+    value = f"CAST({_quote(group.column)} AS DOUBLE)"
+    labels = group.labels
+    cases = []
+    for i, (a, b) in enumerate(zip(group.edges, group.edges[1:], strict=False)):
+        upper = "<=" if i == len(labels) - 1 else "<"
+        cases.append(f"WHEN {value} >= {_literal(a)} AND {value} {upper} {_literal(b)} THEN {_literal(labels[i])}")
+    return "(CASE " + " ".join(cases) + " END)"
+
+
+def _key_filter(plan: AggregationPlan) -> list[str]:
+    """Conditions on the group aliases __g0, __g1, ... keeping only public keys (and real bins).
+
+    Applied after the per-person aggregation (HAVING), where there are far fewer rows than in
+    the table; the result is the same as filtering rows first.
+    """
+    if plan.keys is None:
+        return [f"__g{i} IS NOT NULL" for i, g in enumerate(plan.groups) if isinstance(g, Bin)]
+    conditions = []
+    for i in range(len(plan.groups)):
+        values = list(dict.fromkeys(key[i] for key in plan.keys))
+        present = [v for v in values if v is not None]
+        parts = []
+        if present:
+            parts.append(f"__g{i} IN ({', '.join(_literal(v) for v in present)})")
+        if len(present) < len(values):
+            parts.append(f"__g{i} IS NULL")
+        conditions.append("(" + " OR ".join(parts) + ")")
+    return conditions
+
+
+def _bin_expression(histogram: Histogram) -> str:
+    value = _clamped(histogram.column, histogram.low, histogram.high, histogram.fill)
+    if histogram.log2:
+        raw = f"CAST({_quote(histogram.column)} AS DOUBLE)"
+        # 0 -> 0; x > 0 -> 1 + clip(floor(log2 x), -40, 62) + 40; x < 0 the negative of that.
+        magnitude = f"(LEAST(GREATEST(FLOOR(LOG2(ABS({raw}))), -40), 62) + 41)"
+        return (
+            f"(CASE WHEN {raw} IS NULL OR isnan({raw}) OR {raw} = 0 THEN 0 "
+            f"WHEN {raw} > 0 THEN CAST({magnitude} AS BIGINT) ELSE -CAST({magnitude} AS BIGINT) END)"
+        )
+    width = (histogram.high - histogram.low) / histogram.bins
+    return (
+        f"CAST(LEAST(FLOOR(({value} - {_literal(histogram.low)}) / {_literal(width)}), {histogram.bins - 1}) AS BIGINT)"
+    )
+
+
+def render_sql(plan: AggregationPlan) -> str:
+    """The bounded aggregation as one DuckDB-dialect statement (backends transpile it)."""
+    groups = [f"__g{i}" for i in range(len(plan.groups))]
+    select = [f"{_group_expression(g)} AS {name}" for g, name in zip(plan.groups, groups, strict=True)]
+    person = _quote(plan.person) if plan.person is not None else None
+    if person is not None:
+        select.insert(0, f"{person} AS __pid")
+    for i, moment in enumerate(plan.moments):
+        clamped = _clamped(moment.column, moment.low, moment.high, moment.fill)
+        shifted = f"({clamped} - {_literal(moment.shift)})" if moment.shift else clamped
+        powered = shifted if moment.power == 1 else f"({shifted} * {shifted})"
+        if moment.offset:
+            powered = f"({powered} - {_literal(moment.offset)})"
+        select.append(f"CAST(ROUND({powered} / {_literal(moment.unit_scale)}) AS BIGINT) AS __v{i}")
+    if plan.histogram is not None:
+        select.append(f"{_bin_expression(plan.histogram)} AS __b")
+    source = _quote(plan.table)
+    for join in plan.joins:
+        source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
+    conditions = [f"({w})" for w in plan.where]
+    keep = _key_filter(plan)
+    having = (" HAVING " + " AND ".join(keep)) if keep else ""
+    if person is not None:
+        conditions.insert(0, f"{person} IS NOT NULL")  # rows without a person are dropped (documented)
+    where = (" WHERE " + " AND ".join(conditions)) if conditions else ""
+    base = f"SELECT {', '.join(select or ['1 AS __one'])} FROM {source}{where}"
+    group_list = ", ".join(groups)
+    k = plan.rows_per_group
+
+    if person is None:
+        # One row per person: every weight is 1 and each row is in one group.
+        outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons"]
+        outputs += [f"CAST(SUM(__v{i}) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        by = groups[:]
+        if plan.histogram is not None:
+            outputs = [*groups, "__b", f"COUNT(*) * {2**Histogram.WEIGHT_BITS} AS w"]
+            by.append("__b")
+        grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
+        return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
+
+    pg_key = ", ".join(["__pid", *groups])
+    if plan.histogram is None:
+        sums = "".join(f", SUM(__v{i}) AS __s{i}" for i in range(len(plan.moments)))
+        ctes = [
+            f"__base AS ({base})",
+            f"__pg AS (SELECT {pg_key}, COUNT(*) AS __n{sums} FROM __base GROUP BY {pg_key}{having})",
+        ]
+    else:
+        ctes = [
+            f"__base AS ({base})",
+            f"__pgb AS (SELECT {pg_key}, __b, COUNT(*) AS __c FROM __base GROUP BY {pg_key}, __b{having})",
+            f"__pg AS (SELECT {pg_key}, SUM(__c) AS __n FROM __pgb GROUP BY {pg_key})",
+        ]
+    chosen = "__pg"
+    if plan.bounds_groups:
+        g = plan.groups_per_person
+        hashed = ", '|', ".join(f"COALESCE(CAST({name} AS VARCHAR), '<null>')" for name in groups) or "''"
+        columns = ", ".join(
+            ["__pid", *groups, "__n"] + [f"__s{i}" for i in range(len(plan.moments))] * (plan.histogram is None)
+        )
+        # Only people in more than g groups are ranked; everyone else passes through an anti-join
+        # against that (usually tiny) set, which is much cheaper than joining every person back.
+        ctes += [
+            f"__multi AS (SELECT __pid FROM __pg GROUP BY __pid HAVING COUNT(*) > {g})",
+            f"__chosen AS (SELECT {columns} FROM __pg ANTI JOIN __multi USING (__pid) "
+            f"UNION ALL SELECT {columns} FROM (SELECT __pg.*, ROW_NUMBER() OVER (PARTITION BY __pg.__pid "
+            f"ORDER BY md5(concat({_literal(plan.salt)}, {hashed}))) AS __rank "
+            f"FROM __pg SEMI JOIN __multi USING (__pid)) AS __ranked WHERE __rank <= {g})",
+        ]
+        chosen = "__chosen"
+    if plan.histogram is None:
+        outputs = [*groups, f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
+        for i in range(len(plan.moments)):
+            scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT) END)"
+            outputs.append(f"CAST(SUM({scaled}) AS DECIMAL(38, 0)) AS m{i}")
+        grouping = f" GROUP BY {group_list}" if groups else ""
+        return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM {chosen}{grouping}"
+    weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / {chosen}.__n) AS BIGINT)"
+    capped = f"(CASE WHEN {chosen}.__n <= {k} THEN __pgb.__c * {2**Histogram.WEIGHT_BITS} ELSE {weight} END)"
+    join_on = " AND ".join(f"__pgb.{c} IS NOT DISTINCT FROM {chosen}.{c}" for c in ["__pid", *groups])
+    qualified = [f"__pgb.{name} AS {name}" for name in groups]
+    outputs = [*qualified, "__pgb.__b AS __b", f"CAST(SUM({capped}) AS DECIMAL(38, 0)) AS w"]
+    keys = ", ".join([f"__pgb.{name}" for name in groups] + ["__pgb.__b"])
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM __pgb JOIN {chosen} ON {join_on} GROUP BY {keys}"
+
+
+def to_dialect(sql: str, dialect: str) -> str:
+    """Transpile the DuckDB text to another engine's dialect (sqlglot)."""
+    if dialect == "duckdb":
+        return sql
+    return sqlglot.transpile(sql, read="duckdb", write=dialect)[0]

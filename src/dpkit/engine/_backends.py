@@ -1,0 +1,206 @@
+"""Backends: where the bounded aggregation runs. One small protocol, two engines, one conformance suite.
+
+A backend registers the private table (and public lookup tables), reports column types (public
+metadata, read without touching rows), and runs an :class:`AggregationPlan`, returning exact
+integer aggregates. Noise is never drawn here.
+
+DuckDB (embedded) is the default; Spark (``pyspark``) runs the very same SQL text, transpiled
+by sqlglot. Both load lazily, with an install hint when missing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from dpkit._errors import InvalidParameterError
+from dpkit.engine._aggregation import AggregationPlan, AggregationResult, render_sql, to_dialect
+
+__all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
+
+
+@dataclass(frozen=True)
+class ColumnInfo:
+    """A column's name and whether it is numeric (summable) and integer-valued."""
+
+    name: str
+    type: str
+    numeric: bool
+    integer: bool
+
+
+def _require(module: str, extra: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:  # pragma: no cover - exercised only without the optional dependency
+        raise ImportError(
+            f"dpkit.engine needs {module!r}: pip install 'dpkit[{extra}]' (or pip install {module})"
+        ) from None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the engine needs from an execution engine."""
+
+    name: str
+
+    def register(self, name: str, source: object, kind: str) -> None:
+        """Make ``source`` (a path or a frame, per ``kind``) queryable as table ``name``."""
+
+    def schema(self, name: str) -> dict[str, ColumnInfo]:
+        """Column names and types of table ``name`` (metadata only; no rows are read)."""
+
+    def run(self, plan: AggregationPlan) -> AggregationResult:
+        """Run the bounded aggregation; exact integer results."""
+
+
+def _collect(rows: list[tuple[Any, ...]], plan: AggregationPlan) -> AggregationResult:
+    width = len(plan.groups)
+    if plan.histogram is not None:
+        index: dict[tuple[Any, ...], int] = {}
+        histograms: list[dict[int, int]] = []
+        for row in rows:
+            key = tuple(row[:width])
+            if key not in index:
+                index[key] = len(histograms)
+                histograms.append({})
+            histograms[index[key]][int(row[width])] = int(row[width + 1])
+        return AggregationResult(list(index), {}, histograms)
+    names = ["rows", "persons"] + [f"m{i}" for i in range(len(plan.moments))]
+    columns: dict[str, list[int]] = {name: [] for name in names}
+    keys = []
+    for row in rows:
+        keys.append(tuple(row[:width]))
+        for name, value in zip(names, row[width:], strict=True):
+            columns[name].append(int(value) if value is not None else 0)
+    return AggregationResult(keys, columns)
+
+
+_DUCKDB_INTEGER = (
+    "TINYINT",
+    "SMALLINT",
+    "INTEGER",
+    "BIGINT",
+    "HUGEINT",
+    "UTINYINT",
+    "USMALLINT",
+    "UINTEGER",
+    "UBIGINT",
+    "UHUGEINT",
+)
+_DUCKDB_REAL = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
+
+
+class DuckDBBackend:
+    """DuckDB, embedded: Parquet, CSV, pandas, Polars or Arrow in; the aggregation runs as SQL inside DuckDB.
+
+    Parquet and CSV files are scanned in place (views), so data larger than memory streams.
+    """
+
+    name = "duckdb"
+
+    def __init__(self, connection: Any = None, *, threads: int | None = None) -> None:
+        duckdb = _require("duckdb", "engine")
+        self._connection = connection if connection is not None else duckdb.connect(":memory:")
+        if threads is not None:
+            self._connection.execute(f"SET threads = {int(threads)}")
+
+    def register(self, name: str, source: object, kind: str) -> None:
+        from dpkit.engine._aggregation import _literal, _quote
+
+        if kind in ("parquet", "csv"):
+            path = os.fspath(source)  # type: ignore[call-overload]
+            reader = "read_parquet" if kind == "parquet" else "read_csv_auto"
+            self._connection.execute(
+                f"CREATE OR REPLACE VIEW {_quote(name)} AS SELECT * FROM {reader}({_literal(path)})"
+            )
+        elif kind in ("pandas", "arrow", "polars"):
+            self._connection.register(name, source)
+        else:  # pragma: no cover - guarded by Session
+            raise InvalidParameterError("kind", kind, "must be parquet, csv, pandas, arrow or polars for DuckDB")
+
+    def schema(self, name: str) -> dict[str, ColumnInfo]:
+        from dpkit.engine._aggregation import _quote
+
+        rows = self._connection.execute(f"DESCRIBE SELECT * FROM {_quote(name)}").fetchall()
+        result = {}
+        for row in rows:
+            column, kind = str(row[0]), str(row[1]).upper()
+            integer = kind.startswith(_DUCKDB_INTEGER)
+            result[column] = ColumnInfo(column, kind, integer or kind.startswith(_DUCKDB_REAL), integer)
+        return result
+
+    def run(self, plan: AggregationPlan) -> AggregationResult:
+        rows = self._connection.execute(render_sql(plan)).fetchall()
+        return _collect(rows, plan)
+
+
+class SparkBackend:
+    """Apache Spark through pyspark: the same bounded aggregation, transpiled to Spark SQL.
+
+    Tables are Spark temporary views; ``from_spark`` registers an existing DataFrame.
+    """
+
+    name = "spark"
+
+    def __init__(self, spark: Any = None) -> None:
+        if spark is None:
+            pyspark_sql = _require("pyspark.sql", "spark")
+            spark = (
+                pyspark_sql.SparkSession.builder.master("local[*]")
+                .appName("dpkit")
+                .config("spark.sql.shuffle.partitions", "8")
+                .config("spark.ui.enabled", "false")
+                .getOrCreate()
+            )
+        self._spark = spark
+
+    def register(self, name: str, source: object, kind: str) -> None:
+        reader = self._spark.read
+        if kind == "parquet":
+            frame = reader.parquet(str(Path(os.fspath(source))))  # type: ignore[call-overload]
+        elif kind == "csv":
+            frame = reader.csv(str(Path(os.fspath(source))), header=True, inferSchema=True)  # type: ignore[call-overload]
+        elif kind == "pandas":
+            frame = self._spark.createDataFrame(source)
+        elif kind == "arrow":
+            frame = self._spark.createDataFrame(source.to_pandas())  # type: ignore[attr-defined]
+        elif kind == "polars":
+            frame = self._spark.createDataFrame(source.to_pandas())  # type: ignore[attr-defined]
+        elif kind == "spark":
+            frame = source
+        else:  # pragma: no cover - guarded by Session
+            raise InvalidParameterError("kind", kind, "must be parquet, csv, pandas, arrow, polars or spark")
+        frame.createOrReplaceTempView(name)
+
+    def schema(self, name: str) -> dict[str, ColumnInfo]:
+        result = {}
+        for column, kind in self._spark.table(f"`{name}`").dtypes:
+            lowered = kind.lower()
+            integer = lowered in ("tinyint", "smallint", "int", "bigint", "byte", "short", "long")
+            numeric = integer or lowered in ("float", "double") or lowered.startswith("decimal")
+            result[column] = ColumnInfo(column, kind, numeric, integer)
+        return result
+
+    def run(self, plan: AggregationPlan) -> AggregationResult:
+        rows = self._spark.sql(to_dialect(render_sql(plan), "spark")).collect()
+        return _collect([tuple(_plain(v) for v in row) for row in rows], plan)
+
+
+def _plain(value: Any) -> Any:
+    return int(value) if isinstance(value, Decimal) else value
+
+
+def make_backend(backend: object) -> Backend:
+    """A backend from a name (``"duckdb"``, ``"spark"``) or an object following :class:`Backend`."""
+    if backend is None or backend == "duckdb":
+        return DuckDBBackend()
+    if backend == "spark":
+        return SparkBackend()
+    if isinstance(backend, Backend):
+        return backend
+    raise InvalidParameterError("backend", backend, "must be 'duckdb', 'spark' or a dpkit.engine.Backend")

@@ -1,0 +1,195 @@
+"""The immutable Python query builder: every call returns a new builder holding a new plan.
+
+>>> from dpkit.engine._builder import QueryBuilder
+>>> from dpkit import engine as E
+>>> base = QueryBuilder(None, "people")
+>>> adults = base.where("age >= 18")
+>>> base.plan.where, adults.plan.where          # the first builder is unchanged
+((), ('age >= 18',))
+>>> plan = adults.group_by("region").bound(rows_per_group=5).agg(n=E.count()).plan
+>>> plan.group_by, plan.contribution.rows_per_group, plan.public_keys
+(('region',), 5, False)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlglot
+from sqlglot import exp
+
+from dpkit._errors import InvalidParameterError
+from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dpkit.engine._result import Preview, Result
+    from dpkit.engine._session import Session
+
+__all__ = ["QueryBuilder", "normalise_condition", "normalise_keys"]
+
+
+def normalise_condition(condition: object) -> str:
+    """Parse a boolean SQL expression (DuckDB dialect) and return its canonical text.
+
+    Refuses anything that is not a single scalar expression (subqueries, aggregates, window
+    functions), since a filter must act on each row alone.
+    """
+    if not isinstance(condition, str) or not condition.strip():
+        raise InvalidParameterError("condition", condition, "must be a non-empty SQL boolean expression")
+    try:
+        tree = sqlglot.parse_one(condition, read="duckdb")
+    except sqlglot.errors.ParseError as error:
+        raise InvalidParameterError("condition", condition, f"is not a valid SQL expression ({error})") from None
+    if isinstance(tree, exp.Query) or tree.find(exp.Subquery, exp.Select) is not None:
+        raise InvalidParameterError("condition", condition, "subqueries are not allowed in a filter")
+    if tree.find(exp.AggFunc) is not None or tree.find(exp.Window) is not None:
+        raise InvalidParameterError("condition", condition, "aggregates and window functions are not allowed in WHERE")
+    return tree.sql(dialect="duckdb")
+
+
+def normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[Any, ...], ...] | None:
+    """Public key set as tuples in ``group_by`` order.
+
+    ``keys`` may be a list of values (one group column), a mapping column -> values (the
+    cartesian product; binned columns take their bins), or a list of tuples.
+    """
+    if keys is None:
+        if group_by and all(isinstance(g, Bin) for g in group_by):
+            return tuple(itertools.product(*(g.labels for g in group_by if isinstance(g, Bin))))
+        return None
+    if not group_by:
+        raise InvalidParameterError("keys", keys, "public keys need group_by columns")
+    names = [g.name if isinstance(g, Bin) else g for g in group_by]
+    if isinstance(keys, Mapping):
+        unknown = set(keys) - set(names)
+        if unknown:
+            raise InvalidParameterError("keys", sorted(unknown), f"name group columns; grouped by {names}")
+        per_column: list[Sequence[Any]] = []
+        for group in group_by:
+            if isinstance(group, Bin):
+                per_column.append(group.labels)
+            elif group in keys:
+                values = keys[group]
+                if isinstance(values, str | bytes) or not isinstance(values, Iterable):
+                    raise InvalidParameterError(f"keys[{group!r}]", values, "must be a list of key values")
+                per_column.append(list(dict.fromkeys(values)))
+            else:
+                raise InvalidParameterError("keys", keys, f"must give the public values of group column {group!r}")
+        result = tuple(itertools.product(*per_column))
+    else:
+        if isinstance(keys, str | bytes) or not isinstance(keys, Iterable):
+            raise InvalidParameterError("keys", keys, "must be a list of key values, a mapping, or a list of tuples")
+        items = list(keys)
+        if len(group_by) == 1:
+            result = tuple((k[0],) if isinstance(k, tuple) and len(k) == 1 else (k,) for k in items)
+        else:
+            if not all(isinstance(k, tuple) and len(k) == len(group_by) for k in items):
+                raise InvalidParameterError(
+                    "keys", keys, f"must be tuples of {len(group_by)} values (one per group column) or a mapping"
+                )
+            result = tuple(items)
+        result = tuple(dict.fromkeys(result))
+    if not result:
+        raise InvalidParameterError("keys", keys, "must contain at least one key")
+    return result
+
+
+class QueryBuilder:
+    """Builds a :class:`~dpkit.engine.Query` step by step; each method returns a new builder.
+
+    Obtain one from :meth:`dpkit.Session.table`; finish with :meth:`agg` and run with
+    :meth:`release` (spends budget) or :meth:`preview` (spends nothing, reads no data).
+    """
+
+    __slots__ = ("_plan", "_session")
+
+    def __init__(self, session: Session | None, table: str | Query) -> None:
+        self._session = session
+        if isinstance(table, Query):
+            self._plan = table
+        else:
+            if not isinstance(table, str) or not table:
+                raise InvalidParameterError("table", table, "must be a table name")
+            self._plan = Query(table=table)
+
+    @property
+    def plan(self) -> Query:
+        """The frozen plan built so far."""
+        return self._plan
+
+    def _with(self, **changes: Any) -> QueryBuilder:
+        return QueryBuilder(self._session, dataclasses.replace(self._plan, **changes))
+
+    def where(self, condition: str) -> QueryBuilder:
+        """Keep rows where the SQL boolean ``condition`` holds (filters are AND-ed)."""
+        return self._with(where=(*self._plan.where, normalise_condition(condition)))
+
+    def join(self, table: str, on: str | Sequence[str]) -> QueryBuilder:
+        """Inner-join a public lookup table (registered with ``Session(public_tables=...)``) on shared columns."""
+        columns = (on,) if isinstance(on, str) else tuple(on)
+        return self._with(joins=(*self._plan.joins, Join(table, columns)))
+
+    def group_by(
+        self, *columns: str | Bin, keys: object = None, bins: Mapping[str, Sequence[float]] | None = None
+    ) -> QueryBuilder:
+        """Group by columns (and binned columns). ``keys`` makes the key set public (see ``normalise_keys``);
+        without it the keys are private and selected with thresholded partition selection."""
+        groups: list[GroupKey] = []
+        for column in columns:
+            if isinstance(column, Bin):
+                groups.append(column)
+            elif isinstance(column, str) and column:
+                groups.append(column)
+            else:
+                raise InvalidParameterError("columns", column, "must be column names or dpkit.engine.Bin")
+        for column, edges in (bins or {}).items():
+            groups.append(Bin(column, tuple(edges)))
+        if not groups:
+            raise InvalidParameterError("columns", columns, "group_by needs at least one column")
+        names = [g.name if isinstance(g, Bin) else g for g in groups]
+        if len(set(names)) != len(names):
+            raise InvalidParameterError("columns", names, "each group column may appear once")
+        group_tuple = tuple(groups)
+        return self._with(group_by=group_tuple, keys=normalise_keys(group_tuple, keys))
+
+    def histogram(self, column: str, bins: Sequence[float]) -> QueryBuilder:
+        """A histogram of ``column`` on public bin edges: grouped by the bins, with a count."""
+        from dpkit.engine._functions import count
+
+        return self.group_by(Bin(column, tuple(bins))).agg(count=count())
+
+    def bound(self, rows_per_group: int = 1, groups_per_person: int = 1) -> QueryBuilder:
+        """Per-person contribution limits (shown in the result; defaults 1 and 1)."""
+        return self._with(contribution=Contribution(rows_per_group, groups_per_person))
+
+    def agg(self, **aggregates: Aggregate) -> QueryBuilder:
+        """Name the statistics to release: ``agg(n=count(), income=sum("income", bounds=(0, 1e5)))``."""
+        if not aggregates:
+            raise InvalidParameterError("aggregates", aggregates, "give at least one named aggregate")
+        for name, aggregate in aggregates.items():
+            if not isinstance(aggregate, Aggregate):
+                raise InvalidParameterError(
+                    name, aggregate, "must be an aggregate from dpkit.engine (count(), sum(...))"
+                )
+        merged = dict(self._plan.aggregates)
+        merged.update(aggregates)
+        return self._with(aggregates=tuple(merged.items()))
+
+    def _require_session(self) -> Session:
+        if self._session is None:
+            raise InvalidParameterError("session", None, "this builder is not attached to a Session")
+        return self._session
+
+    def release(self, **cost: Any) -> Result:
+        """Spend budget and release the query: see :meth:`dpkit.Session.release` for the arguments."""
+        return self._require_session().release(self, **cost)
+
+    def preview(self, **cost: Any) -> Preview:
+        """Expected error and cost, without reading data or spending: see :meth:`dpkit.Session.preview`."""
+        return self._require_session().preview(self, **cost)
+
+    def __repr__(self) -> str:
+        return f"QueryBuilder({self._plan.describe()})"

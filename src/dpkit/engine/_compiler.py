@@ -1,0 +1,747 @@
+"""The privacy compiler: from a plan and public facts to statistics, mechanisms and a cost.
+
+Everything here is decided from public information only: the schema, the privacy unit, the
+declared bounds, contribution limits and public keys, and the privacy parameters of the
+request. No row is read. The result, a :class:`CompiledQuery`, says which noiseless
+statistics the backend computes, how much of the budget each gets, which mechanism adds the
+noise, and what the whole query costs; :meth:`CompiledQuery.verify` re-derives the cost from
+the mechanisms before anything is spent (a failure there is an :class:`InternalError`).
+
+Sensitivities (add/remove one person; k rows per group, g groups per person):
+
+=================  ==============================  =====================
+statistic          per group, one person           over all groups
+=================  ==============================  =====================
+rows (COUNT)       k                               L1 g k, L2 sqrt(g) k
+persons            1                               L1 g, L2 sqrt(g)
+moment (sums)      k B + u (k/2 + 1)               g times / sqrt(g) times
+histogram          k + bins 2^-21 (score units)    one EM per group at eps / g
+=================  ==============================  =====================
+
+where B bounds one row's (shifted, clamped) value and u = 2^e is the integer unit of the exact
+sums (:mod:`dpkit.engine._aggregation`).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from typing import Any
+
+from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, check_probability
+from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
+from dpkit.engine._backends import ColumnInfo
+from dpkit.engine._plan import AUTO, NUMERIC_KINDS, Aggregate, Bin, Contribution, Query, check_bounds_pair
+from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+from dpkit.mechanisms import DiscreteGaussian, DiscreteLaplace, Exponential, Laplace
+from dpkit.noise import RandomSource, grid_exponent, snap_to_grid
+
+__all__ = ["CompileContext", "CompiledQuery", "Statistic", "compile_query", "QUANTILE_BINS", "AUTO_LEVELS"]
+
+#: Resolution of quantiles: equal bins of the clamping range.
+QUANTILE_BINS = 1024
+#: Quantile levels of the data used as automatic bounds.
+AUTO_LEVELS = (0.01, 0.99)
+_LOG2_BINS = 103  # signed bins |x| in [2^(b-41), 2^(b-40)), b = 1..103, and 0
+
+
+@dataclass(frozen=True)
+class CompileContext:
+    """Public facts about the session: schema, privacy unit, bounds, limits, budget kind."""
+
+    table: str
+    columns: Mapping[str, ColumnInfo]
+    public_tables: Mapping[str, Mapping[str, ColumnInfo]]
+    privacy_unit: str | None
+    budget: Guarantee
+    bounds: Mapping[str, tuple[float, float] | str]
+    contribution: Contribution
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One noiseless statistic the backend computes and a mechanism releases."""
+
+    key: str  # rows | persons | sum:c | csum:c | csq:c | hist:c | auto:c
+    column: str | None
+    weight: float
+
+    @property
+    def kind(self) -> str:
+        return self.key.split(":")[0]
+
+
+@dataclass(frozen=True)
+class Request:
+    """The privacy parameters of one query, checked against the budget's kind."""
+
+    mode: str  # "laplace" (pure DP per statistic) or "gaussian" (zCDP per statistic)
+    epsilon: Fraction | None
+    delta: Fraction
+    rho: Fraction | None
+    accuracy: float | dict[str, float] | None
+    alpha: float
+
+
+def _round_down(value: Fraction) -> float:
+    """Largest float whose decimal reading (how guarantees read floats) is <= value."""
+    result = float(value)
+    while as_fraction(result) > value:
+        result = math.nextafter(result, 0.0)
+    return result
+
+
+def parse_request(
+    budget: Guarantee,
+    *,
+    epsilon: Any = None,
+    delta: Any = None,
+    rho: Any = None,
+    accuracy: Any = None,
+    alpha: Any = 0.05,
+    mechanism: Any = "auto",
+) -> Request:
+    """Check the cost arguments of a query against the kind of budget (before any data is read)."""
+    level = check_probability("alpha", alpha, open_low=True, open_high=True)
+    if mechanism not in ("auto", "laplace", "gaussian"):
+        raise InvalidParameterError("mechanism", mechanism, "must be 'auto', 'laplace' or 'gaussian'")
+    dlt = Fraction(0) if delta is None else as_fraction(check_delta(delta))
+    if accuracy is not None:
+        if epsilon is not None or rho is not None:
+            raise InvalidParameterError("accuracy", accuracy, "give either accuracy or epsilon/rho, not both")
+        if isinstance(budget, ZCDP) or mechanism == "gaussian":
+            raise InvalidParameterError("accuracy", accuracy, "accuracy targets use Laplace noise (pure DP budgets)")
+        if isinstance(accuracy, Mapping):
+            targets = {str(k): check_positive(f"accuracy[{k!r}]", v) for k, v in accuracy.items()}
+            return Request("laplace", None, dlt, None, targets, level)
+        return Request("laplace", None, dlt, None, check_positive("accuracy", accuracy), level)
+    if isinstance(budget, ZCDP):
+        if epsilon is not None or delta is not None:
+            raise InvalidParameterError("epsilon", epsilon, "a zCDP budget is spent with rho=..., not epsilon/delta")
+        if rho is None:
+            raise InvalidParameterError("rho", rho, "give rho (> 0) for a zCDP budget")
+        if mechanism == "laplace":
+            raise InvalidParameterError("mechanism", mechanism, "a zCDP budget uses Gaussian noise")
+        return Request("gaussian", None, Fraction(0), as_fraction(check_positive("rho", rho)), None, level)
+    if rho is not None:
+        raise InvalidParameterError("rho", rho, f"rho spends a zCDP budget; this session's budget is {budget}")
+    if epsilon is None:
+        raise InvalidParameterError("epsilon", epsilon, "give epsilon (> 0), or a target accuracy")
+    eps = as_fraction(check_epsilon(epsilon))
+    if isinstance(budget, PureDP) and dlt > 0:
+        raise InvalidParameterError("delta", delta, "must be 0 with a pure-DP budget")
+    if mechanism == "gaussian" and dlt == 0:
+        raise InvalidParameterError("delta", delta, "Gaussian noise needs delta > 0")
+    return Request("gaussian" if mechanism == "gaussian" else "laplace", eps, dlt, None, None, level)
+
+
+# -- the compiled query -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CompiledQuery:
+    """A query made private: statistics, budget split, mechanisms' parameters and total cost."""
+
+    query: Query
+    request: Request
+    person: str | None
+    contribution: Contribution
+    groups_bound: int  # g after using public keys (min(g, number of keys))
+    bounds: Mapping[str, tuple[float, float] | str]
+    statistics: tuple[Statistic, ...]
+    shares: Mapping[str, Fraction]  # statistic key -> epsilon (laplace) or rho (gaussian)
+    selection_epsilon: Fraction | None
+    selection_delta: Fraction
+    gaussian_delta: Fraction  # delta used to convert the zCDP part to (eps, delta)
+    cost: Guarantee
+    split: tuple[tuple[str, str, str], ...] = field(default=())  # (statistic, mechanism, share) for display
+
+    @property
+    def public_keys(self) -> bool:
+        return self.query.public_keys
+
+    # -- mechanisms ---------------------------------------------------------------------------
+
+    def _k_g(self, statistic: Statistic) -> tuple[int, int]:
+        k, g = self.contribution.rows_per_group, self.groups_bound
+        if statistic.kind == "auto":
+            return k * self.contribution.groups_per_person, 1
+        return k, g
+
+    def moment(self, statistic: Statistic, bounds: tuple[float, float]) -> Moment:
+        """The backend moment computing ``statistic`` given its column's bounds."""
+        low, high = bounds
+        mid = (low + high) / 2
+        fill = min(max(0.0, low), high)
+        column = statistic.column or ""
+        if statistic.kind == "sum":
+            return Moment(statistic.key, column, low, high, 0.0, 1, fill)
+        if statistic.kind == "csum":
+            return Moment(statistic.key, column, low, high, mid, 1, fill)
+        reach = (high - low) / 2
+        return Moment(statistic.key, column, low, high, mid, 2, fill, offset=reach * reach / 2)
+
+    def sensitivity(self, statistic: Statistic, bounds: tuple[float, float] | None = None) -> tuple[float, float]:
+        """(L1, L2) sensitivity of the statistic's vector over groups."""
+        k, g = self._k_g(statistic)
+        if statistic.kind == "rows":
+            per_group = float(k)
+        elif statistic.kind == "persons":
+            per_group = 1.0
+        elif statistic.kind in ("hist", "auto"):
+            bins = QUANTILE_BINS if statistic.kind == "hist" else 2 * _LOG2_BINS + 1
+            per_group = k + bins * 2.0**-21
+        else:
+            if bounds is None:  # pragma: no cover - guarded by callers
+                raise InternalError("moment sensitivity needs bounds")
+            moment = self.moment(statistic, bounds)
+            unit = moment.unit_scale
+            per_group = math.nextafter(k * moment.bound + unit * (k / 2 + 1), math.inf)
+        return (g * per_group, math.sqrt(g) * per_group)
+
+    def mechanism(
+        self, statistic: Statistic, dimension: int, bounds: tuple[float, float] | None = None
+    ) -> NoiseMechanism:
+        """The mechanism that releases ``statistic`` over ``dimension`` groups."""
+        l1, l2 = self.sensitivity(statistic, bounds)
+        share = self.shares[statistic.key]
+        k, g = self._k_g(statistic)
+        if statistic.kind in ("hist", "auto"):
+            levels = self.levels(statistic)
+            per_level = share / (g * len(levels))
+            if self.request.mode == "laplace":
+                epsilon = _round_down(per_level)
+            else:
+                # The exponential mechanism is (eps^2 / 8)-zCDP (Cesar & Rogers 2021, bounded range).
+                epsilon = _round_down(as_fraction(math.sqrt(8 * float(per_level))) * Fraction(999999, 1000000))
+            return SelectionNoise(l1 / g, epsilon, len(levels) * g, self.request.mode)
+        integer = statistic.kind in ("rows", "persons")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            if self.request.mode == "laplace":
+                if integer:
+                    return VectorNoise(DiscreteLaplace(int(l1), _round_down(share), dimension=dimension), 1.0, 0)
+                return VectorNoise(Laplace(l1, _round_down(share), dimension=dimension), 1.0, 0)
+            if integer:
+                return VectorNoise(DiscreteGaussian(l2, rho=_round_down(share)), 1.0, 0)
+            return grid_gaussian(l2, share, dimension)
+
+    def levels(self, statistic: Statistic) -> tuple[float, ...]:
+        if statistic.kind == "auto":
+            return AUTO_LEVELS
+        levels: list[float] = []
+        for _, aggregate in self.query.aggregates:
+            if aggregate.kind == "quantiles" and aggregate.column == statistic.column:
+                levels.extend(aggregate.levels)
+        return tuple(levels)
+
+    def selection_mechanism(self, dimension: int) -> DiscreteLaplace:
+        """Noise on the per-group person counts used to select private keys."""
+        if self.selection_epsilon is None:  # pragma: no cover - guarded by callers
+            raise InternalError("no partition selection in this query")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            return DiscreteLaplace(self.groups_bound, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
+
+    def selection_threshold(self, mechanism: DiscreteLaplace) -> int:
+        """Smallest tau with P[1 + Z >= tau] <= delta / g for Z the selection noise (Korolova et al. 2009).
+
+        A person alone in a group makes it appear; with at most g such groups per person the
+        chance that any of them is released is at most delta. P[Z >= m] = q^m / (1 + q) for m >= 1.
+        """
+        q = math.exp(-1.0 / mechanism.scale)
+        target = float(self.selection_delta) / self.groups_bound * (1 - 1e-9)
+        tau = 1 + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
+        while q ** (tau - 1) / (1 + q) > target:
+            tau += 1
+        return tau
+
+    # -- the cost, re-derived --------------------------------------------------------------------
+
+    def verify(self, bounds: Mapping[str, tuple[float, float]] | None = None) -> None:
+        """Recompute the cost from the mechanisms themselves; raise InternalError if it exceeds ``cost``."""
+        pure = Fraction(0)
+        rho = Fraction(0)
+        for statistic in self.statistics:
+            if statistic.key == "persons" and self.selection_epsilon is not None:
+                continue
+            column_bounds = None
+            if statistic.kind in ("sum", "csum", "csq"):
+                given = (bounds or {}).get(statistic.column or "") or self.bounds.get(statistic.column or "")
+                if not isinstance(given, tuple):
+                    given = (0.0, 1.0)  # automatic bounds: the share does not depend on them
+                column_bounds = given
+            noise = self.mechanism(statistic, 1, column_bounds)
+            if self.request.mode == "laplace":
+                pure += noise.epsilon_spent
+            else:
+                rho += noise.rho_spent
+        if self.selection_epsilon is not None:
+            pure += as_fraction(self.selection_mechanism(1).epsilon)
+        cost = self.cost
+        if isinstance(cost, ZCDP):
+            ok = rho <= cost.rho_exact and pure == 0
+        elif self.request.mode == "laplace":
+            ok = pure <= cost.epsilon_exact and self.selection_delta <= cost.delta_exact
+        else:
+            converted = Fraction(0)
+            if rho > 0:
+                converted = ZCDP(rho).to_approx(float(self.gaussian_delta)).epsilon_exact  # type: ignore[arg-type]
+            ok = (
+                pure + converted <= cost.epsilon_exact
+                and self.selection_delta + self.gaussian_delta <= cost.delta_exact
+            )
+        if not ok:
+            raise InternalError(f"compiled query spends more than its declared cost {cost}; please report this bug")
+
+
+class VectorNoise:
+    """A numeric mechanism over the group vector, possibly on an integer grid of step ``scale``."""
+
+    def __init__(self, mechanism: Any, scale: float, exponent: int) -> None:
+        self.mechanism = mechanism
+        self._scale = scale
+        self._exponent = exponent
+
+    @property
+    def name(self) -> str:
+        return type(self.mechanism).__name__
+
+    @property
+    def epsilon_spent(self) -> Fraction:
+        return self.mechanism.guarantee.epsilon_exact  # type: ignore[no-any-return]
+
+    @property
+    def rho_spent(self) -> Fraction:
+        return self.mechanism.guarantee.rho_exact  # type: ignore[no-any-return]
+
+    def release(self, values: list[float], rng: RandomSource) -> list[float]:
+        if not values:
+            return []
+        if self._exponent:
+            units = snap_to_grid(values, self._exponent) / self._scale  # type: ignore[arg-type]
+            noisy = self.mechanism.release([int(u) for u in units], rng=rng)
+            return [float(v) * self._scale for v in noisy]
+        out = self.mechanism.release(list(values), rng=rng)
+        return [float(v) for v in out]
+
+    def half_width(self, alpha: float) -> float:
+        return float(self.mechanism.noise_quantile(alpha)) * self._scale
+
+    @property
+    def expected_error(self) -> float:
+        return float(self.mechanism.expected_error) * self._scale
+
+    @property
+    def scale(self) -> float:
+        inner: Any = getattr(self.mechanism, "scale", None) or getattr(self.mechanism, "sigma", 0.0)
+        return float(inner) * self._scale
+
+
+def grid_gaussian(l2: float, rho: Fraction, dimension: int) -> VectorNoise:
+    """Discrete Gaussian noise for real values: snapped to a public grid 2^e, integer noise in grid units.
+
+    Snapping moves each coordinate by at most half a unit, so the integer vectors of neighbours
+    differ by at most l2 / 2^e + sqrt(d) in L2 (the Gaussian's own argument, dpkit.mechanisms).
+    """
+    sigma = l2 / math.sqrt(2 * float(rho))
+    exponent = grid_exponent(l2, sigma, dimension, norm=2)
+    unit = math.ldexp(1.0, exponent)
+    sensitivity_units = math.nextafter(l2 / unit + math.sqrt(dimension), math.inf)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        mechanism = DiscreteGaussian(sensitivity_units, rho=_round_down(rho))
+    return VectorNoise(mechanism, unit, exponent)
+
+
+class SelectionNoise:
+    """Exponential-mechanism quantiles: one selection per (group, level) at ``epsilon`` each."""
+
+    def __init__(self, sensitivity: float, epsilon: float, count: int, mode: str) -> None:
+        self.sensitivity = sensitivity
+        self.epsilon = epsilon
+        self.count = count
+        self.mode = mode
+        self.name = "Exponential"
+
+    @property
+    def epsilon_spent(self) -> Fraction:
+        return as_fraction(self.epsilon) * self.count
+
+    @property
+    def rho_spent(self) -> Fraction:
+        return as_fraction(self.epsilon) ** 2 / 8 * self.count
+
+    def select(self, candidates: list[float], scores: list[float], rng: RandomSource) -> float:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            mechanism = Exponential(self.sensitivity, self.epsilon, candidates=candidates)
+        return float(mechanism.release(scores, rng=rng))
+
+    @property
+    def scale(self) -> float:
+        return 2 * self.sensitivity / self.epsilon
+
+    @property
+    def expected_error(self) -> float:
+        return math.nan
+
+    def half_width(self, alpha: float) -> float:
+        return math.nan
+
+
+NoiseMechanism = VectorNoise | SelectionNoise
+
+
+# -- compiling ----------------------------------------------------------------------------------
+
+
+def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
+    column = aggregate.column
+    return {
+        "count": ["rows"],
+        "count_distinct": ["persons"],
+        "sum": [f"sum:{column}"],
+        "mean": ["rows", f"csum:{column}"],
+        "variance": ["rows", f"csum:{column}", f"csq:{column}"],
+        "stddev": ["rows", f"csum:{column}", f"csq:{column}"],
+        "quantiles": [f"hist:{column}"],
+    }[aggregate.kind]
+
+
+def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
+    available = dict(context.columns)
+    for join in query.joins:
+        if join.table not in context.public_tables:
+            raise InvalidParameterError(
+                "join", join.table, f"must be a public lookup table; registered: {sorted(context.public_tables)}"
+            )
+        lookup = context.public_tables[join.table]
+        for column in join.on:
+            if column not in available or column not in lookup:
+                raise InvalidParameterError(
+                    "on", column, f"must be a column of both {context.table!r} and {join.table!r}"
+                )
+        for name, info in lookup.items():
+            available.setdefault(name, info)
+
+    def need(column: str, what: str) -> ColumnInfo:
+        if column not in available:
+            raise InvalidParameterError(what, column, f"unknown column; available: {', '.join(sorted(available))}")
+        return available[column]
+
+    for condition in query.where:
+        import sqlglot
+        from sqlglot import exp
+
+        for reference in sqlglot.parse_one(condition, read="duckdb").find_all(exp.Column):
+            need(reference.name, "where")
+    for group in query.group_by:
+        info = need(group.column if isinstance(group, Bin) else group, "group_by")
+        if isinstance(group, Bin) and not info.numeric:
+            raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
+    for name, aggregate in query.aggregates:
+        if aggregate.column is not None:
+            info = need(aggregate.column, name)
+            if aggregate.kind in NUMERIC_KINDS and not info.numeric:
+                raise InvalidParameterError(
+                    name,
+                    aggregate.column,
+                    f"{aggregate.kind} needs a numeric column; {aggregate.column!r} is {info.type}",
+                )
+    if context.privacy_unit is not None:
+        need(context.privacy_unit, "privacy_unit")
+        grouped = {g for g in query.group_by if isinstance(g, str)}
+        if context.privacy_unit in grouped:
+            raise InvalidParameterError(
+                "group_by", context.privacy_unit, "grouping by the privacy unit would release each person"
+            )
+    return available
+
+
+def compile_query(
+    query: Query, context: CompileContext, request: Request, *, bounds: Mapping[str, Any] | None = None
+) -> CompiledQuery:
+    """Make ``query`` private under ``request`` (see the module docstring); no data is read."""
+    if not query.aggregates:
+        raise InvalidParameterError("aggregates", (), "the query has no aggregates; add .agg(...) or SELECT one")
+    if query.table != context.table:
+        raise InvalidParameterError("table", query.table, f"this session's private table is {context.table!r}")
+    _check_columns(query, context)
+    contribution = query.contribution or context.contribution
+    if context.privacy_unit is None and (contribution.rows_per_group, contribution.groups_per_person) != (1, 1):
+        if query.contribution is not None:
+            raise InvalidParameterError(
+                "contribution", contribution, "with row-level privacy (privacy_unit=None) each person is one row"
+            )
+        contribution = Contribution(1, 1)
+    groups_bound = contribution.groups_per_person
+    if query.keys is not None:
+        groups_bound = min(groups_bound, len(query.keys))
+    if not query.group_by:
+        groups_bound = 1
+
+    # Bounds: the aggregate's own, then the call's, then the session's.
+    merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
+    for column, value in (bounds or {}).items():
+        merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)
+    resolved: dict[str, tuple[float, float] | str] = {}
+    for name, aggregate in query.aggregates:
+        if aggregate.kind not in NUMERIC_KINDS or aggregate.column is None:
+            continue
+        value = aggregate.bounds if aggregate.bounds is not None else merged.get(aggregate.column)
+        if value is None:
+            raise InvalidParameterError(
+                "bounds",
+                aggregate.column,
+                f"column {aggregate.column!r} (aggregate {name!r}) needs clamping bounds: pass "
+                f"bounds={{{aggregate.column!r}: (low, high)}}, or {{{aggregate.column!r}: 'auto'}} "
+                "to estimate them privately (charged)",
+            )
+        previous = resolved.get(aggregate.column)
+        if previous is not None and previous != value:
+            raise InvalidParameterError(
+                "bounds", aggregate.column, f"two different bounds given: {previous} and {value}"
+            )
+        resolved[aggregate.column] = value
+
+    # Statistics and weights: an aggregate's weight is shared among the statistics it needs.
+    weights: dict[str, float] = {}
+    for _, aggregate in query.aggregates:
+        keys = _statistics_for(aggregate, context.privacy_unit)
+        for key in keys:
+            weights[key] = weights.get(key, 0.0) + aggregate.weight / len(keys)
+    for column, value in resolved.items():
+        if value == AUTO:
+            weights[f"auto:{column}"] = 1.0
+    selection = not query.public_keys
+    if selection:
+        if isinstance(context.budget, ZCDP) or request.delta == 0:
+            raise InvalidParameterError(
+                "delta",
+                float(request.delta),
+                "private group keys are selected with thresholded partition selection, which needs an "
+                "(epsilon, delta) budget and delta > 0; or give the public keys (keys=...)",
+            )
+        weights.setdefault("persons", 1.0)
+    if request.accuracy is not None and (selection or any(v == AUTO for v in resolved.values())):
+        raise InvalidParameterError(
+            "accuracy", request.accuracy, "accuracy targets need public keys and explicit bounds"
+        )
+    statistics = tuple(Statistic(key, key.split(":")[1] if ":" in key else None, w) for key, w in weights.items())
+
+    shares, selection_epsilon, gaussian_delta, selection_delta, cost = _allocate(
+        statistics, query, context, request, selection, contribution, groups_bound, resolved
+    )
+    compiled = CompiledQuery(
+        query=query,
+        request=request,
+        person=context.privacy_unit,
+        contribution=contribution,
+        groups_bound=groups_bound,
+        bounds=resolved,
+        statistics=statistics,
+        shares=shares,
+        selection_epsilon=selection_epsilon,
+        selection_delta=selection_delta,
+        gaussian_delta=gaussian_delta,
+        cost=cost,
+    )
+    compiled.verify()
+    return compiled
+
+
+def _allocate(
+    statistics: tuple[Statistic, ...],
+    query: Query,
+    context: CompileContext,
+    request: Request,
+    selection: bool,
+    contribution: Contribution,
+    groups_bound: int,
+    resolved: Mapping[str, tuple[float, float] | str],
+) -> tuple[dict[str, Fraction], Fraction | None, Fraction, Fraction, Guarantee]:
+    relation = context.budget.neighbours
+    total_weight = as_fraction(sum(s.weight for s in statistics))
+    if request.accuracy is not None:
+        shares = _accuracy_shares(statistics, query, request, contribution, groups_bound, resolved)
+        epsilon = sum(shares.values(), Fraction(0))
+        cost: Guarantee = PureDP(epsilon, relation)  # type: ignore[arg-type]
+        if isinstance(context.budget, ApproxDP):
+            cost = ApproxDP(epsilon, Fraction(0), relation)  # type: ignore[arg-type]
+        return shares, None, Fraction(0), Fraction(0), cost
+    fractions = {s.key: as_fraction(s.weight) / total_weight for s in statistics}
+    if request.mode == "laplace":
+        eps = request.epsilon or Fraction(0)
+        shares = {key: eps * f for key, f in fractions.items()}
+        selection_epsilon = shares["persons"] if selection else None
+        if isinstance(context.budget, PureDP):
+            cost = PureDP(eps, relation)  # type: ignore[arg-type]
+        else:
+            cost = ApproxDP(eps, request.delta, relation)  # type: ignore[arg-type]
+        return shares, selection_epsilon, Fraction(0), request.delta if selection else Fraction(0), cost
+    if isinstance(context.budget, ZCDP):
+        rho = request.rho or Fraction(0)
+        return {key: rho * f for key, f in fractions.items()}, None, Fraction(0), Fraction(0), ZCDP(rho, relation)  # type: ignore[arg-type]
+    # Gaussian noise under an (epsilon, delta) budget: the statistics compose in zCDP (tight), and
+    # the total rho is converted once; partition selection (pure part + delta) is added on top.
+    eps = request.epsilon or Fraction(0)
+    selection_epsilon = eps * fractions["persons"] if selection else None
+    selection_delta = request.delta / 2 if selection else Fraction(0)
+    gaussian_delta = request.delta - selection_delta
+    remaining = eps - (selection_epsilon or Fraction(0))
+    rho_total = _rho_for(remaining, gaussian_delta)
+    others = {key: f for key, f in fractions.items() if not (selection and key == "persons")}
+    other_total = sum(others.values(), Fraction(0))
+    shares = {key: rho_total * f / other_total for key, f in others.items()}
+    if selection_epsilon is not None:
+        shares["persons"] = selection_epsilon
+    return shares, selection_epsilon, gaussian_delta, selection_delta, ApproxDP(eps, request.delta, relation)  # type: ignore[arg-type]
+
+
+def _rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
+    """Largest rho (found by bisection, rounded down) whose zCDP implies (epsilon, delta)-DP."""
+    low, high = 0.0, float(epsilon)
+    while ZCDP(high).to_approx(float(delta)).epsilon_exact <= epsilon:
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        if ZCDP(middle).to_approx(float(delta)).epsilon_exact <= epsilon:
+            low = middle
+        else:
+            high = middle
+    if low <= 0:
+        raise InvalidParameterError("epsilon", float(epsilon), "is too small for Gaussian noise at this delta")
+    return as_fraction(low)
+
+
+def _accuracy_shares(
+    statistics: tuple[Statistic, ...],
+    query: Query,
+    request: Request,
+    contribution: Contribution,
+    groups_bound: int,
+    resolved: Mapping[str, tuple[float, float] | str],
+) -> dict[str, Fraction]:
+    targets = request.accuracy
+    shares: dict[str, Fraction] = {}
+    by_statistic: dict[str, tuple[str, float]] = {}
+    for name, aggregate in query.aggregates:
+        if aggregate.kind not in ("count", "count_distinct", "sum"):
+            raise InvalidParameterError(
+                "accuracy", targets, f"accuracy targets apply to counts and sums; {name!r} is {aggregate.kind}"
+            )
+        target = targets.get(name) if isinstance(targets, dict) else targets
+        if target is None:
+            raise InvalidParameterError("accuracy", targets, f"give a target for {name!r}")
+        key = _statistics_for(aggregate, None)[0]
+        previous = by_statistic.get(key)
+        by_statistic[key] = (name, target if previous is None else min(previous[1], target))
+    dimension = len(query.keys) if query.keys is not None else 1
+    k, g = contribution.rows_per_group, groups_bound
+    for key, (_, target) in by_statistic.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            if key in ("rows", "persons"):
+                sensitivity = g * (k if key == "rows" else 1)
+                epsilon = DiscreteLaplace.from_accuracy(target, request.alpha, sensitivity=sensitivity).epsilon
+            else:
+                column = key.split(":")[1]
+                given = resolved[column]
+                if not isinstance(given, tuple):  # pragma: no cover - refused above
+                    raise InternalError("accuracy targets need explicit bounds")
+                low, high = given
+                stub = CompiledQuery(
+                    query,
+                    request,
+                    None,
+                    contribution,
+                    groups_bound,
+                    resolved,
+                    (),
+                    {},
+                    None,
+                    Fraction(0),
+                    Fraction(0),
+                    PureDP(1),
+                )
+                l1, _ = stub.sensitivity(Statistic(key, column, 1.0), (low, high))
+                epsilon = Laplace.from_accuracy(l1, target, request.alpha, dimension=dimension).epsilon
+        shares[key] = as_fraction(epsilon)
+    return shares
+
+
+def aggregation_plan(compiled: CompiledQuery, bounds: Mapping[str, tuple[float, float]], salt: str) -> AggregationPlan:
+    """The backend plan for all moment statistics of ``compiled`` (rows and persons always come along)."""
+    query = compiled.query
+    moments = tuple(
+        compiled.moment(s, bounds[s.column or ""]) for s in compiled.statistics if s.kind in ("sum", "csum", "csq")
+    )
+    return AggregationPlan(
+        table=query.table,
+        joins=query.joins,
+        where=query.where,
+        groups=query.group_by,
+        keys=query.keys,
+        person=compiled.person,
+        rows_per_group=compiled.contribution.rows_per_group,
+        groups_per_person=compiled.contribution.groups_per_person,
+        moments=moments,
+        salt=salt,
+    )
+
+
+def histogram_plan(
+    compiled: CompiledQuery, statistic: Statistic, bounds: tuple[float, float] | None, salt: str
+) -> AggregationPlan:
+    """The backend plan of a quantile histogram (``hist``) or of automatic bounds (``auto``, ungrouped)."""
+    query = compiled.query
+    column = statistic.column or ""
+    if statistic.kind == "auto":
+        histogram = Histogram(statistic.key, column, 0.0, 1.0, 2 * _LOG2_BINS + 1, 0.0, log2=True)
+        return AggregationPlan(
+            table=query.table,
+            joins=query.joins,
+            where=query.where,
+            groups=(),
+            keys=None,
+            person=compiled.person,
+            rows_per_group=compiled.contribution.rows_per_group * compiled.contribution.groups_per_person,
+            groups_per_person=1,
+            histogram=histogram,
+            salt=salt,
+        )
+    if bounds is None:  # pragma: no cover - guarded by callers
+        raise InternalError("histogram needs bounds")
+    low, high = bounds
+    histogram = Histogram(statistic.key, column, low, high, QUANTILE_BINS, min(max(0.0, low), high))
+    return AggregationPlan(
+        table=query.table,
+        joins=query.joins,
+        where=query.where,
+        groups=query.group_by,
+        keys=query.keys,
+        person=compiled.person,
+        rows_per_group=compiled.contribution.rows_per_group,
+        groups_per_person=compiled.contribution.groups_per_person,
+        histogram=histogram,
+        salt=salt,
+    )
+
+
+def log2_candidates() -> tuple[list[int], list[float]]:
+    """Ordered signed log2 bins and the split value after each (candidates for automatic bounds)."""
+    order = list(range(-_LOG2_BINS, _LOG2_BINS + 1))
+    splits = []
+    for b in order:
+        if b < 0:
+            splits.append(-math.ldexp(1.0, -b - 41))
+        elif b == 0:
+            splits.append(0.0)
+        else:
+            splits.append(math.ldexp(1.0, b - 40))
+    return order, splits

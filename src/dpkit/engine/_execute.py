@@ -1,0 +1,313 @@
+"""Running a compiled query: backend aggregation, partition selection, noise, post-processing.
+
+Called only after the ledger has debited the query's cost. Everything released is a function of
+(a) the noisy statistics and (b) public facts, so the post-processing (means from noisy sums
+and counts, counts rounded to non-negative integers, confidence intervals) costs nothing more.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from dpkit._errors import InternalError
+from dpkit.engine._aggregation import AggregationResult, Histogram
+from dpkit.engine._backends import Backend
+from dpkit.engine._compiler import (
+    QUANTILE_BINS,
+    CompiledQuery,
+    SelectionNoise,
+    Statistic,
+    VectorNoise,
+    aggregation_plan,
+    histogram_plan,
+    log2_candidates,
+)
+from dpkit.engine._plan import AUTO
+from dpkit.noise import RandomSource
+
+__all__ = ["Released", "execute"]
+
+_WEIGHT = float(2**Histogram.WEIGHT_BITS)
+
+
+class Released:
+    """The noisy outcome of one query, before it is shaped into a table."""
+
+    def __init__(
+        self,
+        keys: list[tuple[Any, ...]],
+        values: dict[str, list[float]],
+        bounds: dict[str, tuple[float, float]],
+        split: list[dict[str, Any]],
+    ) -> None:
+        self.keys = keys
+        self.values = values  # column name -> values (aligned with keys)
+        self.bounds = bounds
+        self.split = split
+
+
+def _salt(rng: RandomSource) -> str:
+    return "".join(f"{int(x):016x}" for x in rng.uint64(2))
+
+
+def _auto_bounds(
+    compiled: CompiledQuery, statistic: Statistic, backend: Backend, salt: str, rng: RandomSource
+) -> tuple[float, float]:
+    plan = histogram_plan(compiled, statistic, None, salt)
+    result = backend.run(plan)
+    counts = result.histogram[0] if result.histogram else {}
+    order, splits = log2_candidates()
+    weights = [counts.get(b, 0) / _WEIGHT for b in order]
+    mechanism = compiled.mechanism(statistic, 1)
+    assert isinstance(mechanism, SelectionNoise)
+    candidates = [-math.ldexp(1.0, 59), *splits[:-1], math.ldexp(1.0, 59)]
+    low_level, high_level = compiled.levels(statistic)
+    low = _quantile(mechanism, candidates, weights, low_level, rng)
+    high = _quantile(mechanism, candidates, weights, high_level, rng)
+    if low >= high:
+        position = candidates.index(low)
+        high = candidates[min(position + 1, len(candidates) - 1)]
+        if low >= high:
+            low = candidates[position - 1]
+    return (max(low, -(2.0**59)), min(high, 2.0**59))
+
+
+def _quantile(
+    mechanism: SelectionNoise, candidates: list[float], weights: list[float], level: float, rng: RandomSource
+) -> float:
+    """Exponential mechanism over split points: score of a split = -|(weight below it) - level * total|."""
+    total = math.fsum(weights)
+    below = [0.0]
+    for w in weights:
+        below.append(below[-1] + w)
+    below = below[: len(candidates)]
+    scores = [-abs(b - level * total) for b in below]
+    return mechanism.select(candidates, scores, rng)
+
+
+def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) -> list[int]:
+    index = {key: i for i, key in enumerate(result.keys)}
+    values = result.columns[column]
+    return [values[index[key]] if key in index else 0 for key in keys]
+
+
+def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Released:
+    """Run ``compiled`` on ``backend`` and release it (the cost must already be debited)."""
+    salt = _salt(rng)
+    split: list[dict[str, Any]] = []
+    bounds: dict[str, tuple[float, float]] = {}
+    for column, value in compiled.bounds.items():
+        if value != AUTO and isinstance(value, tuple):
+            bounds[column] = value
+    for statistic in compiled.statistics:
+        if statistic.kind == "auto":
+            bounds[statistic.column or ""] = _auto_bounds(compiled, statistic, backend, salt, rng)
+            split.append(_describe(compiled, statistic, compiled.mechanism(statistic, 1), None))
+
+    result = backend.run(aggregation_plan(compiled, bounds, salt))
+    values: dict[str, list[float]] = {}
+    if compiled.public_keys:
+        keys = list(compiled.query.keys) if compiled.query.keys is not None else [()]
+    else:
+        keys = list(result.keys)
+        selector = compiled.selection_mechanism(len(keys))
+        noisy = selector.release(result.columns["persons"], rng=rng) if keys else []
+        threshold = compiled.selection_threshold(selector)
+        # Released groups are listed in key order (not the backend's hash order).
+        kept = sorted((i for i, value in enumerate(noisy) if value >= threshold), key=lambda i: _sort_key(keys[i]))
+        keys = [keys[i] for i in kept]
+        values["persons"] = [float(noisy[i]) for i in kept]
+        split.append(
+            {
+                "statistic": "partition selection (persons)",
+                "mechanism": f"DiscreteLaplace + threshold {threshold}",
+                "epsilon": float(compiled.selection_epsilon or 0),
+                "delta": float(compiled.selection_delta),
+                "sensitivity": float(compiled.groups_bound),
+                "scale": selector.scale,
+                "half_width": float(selector.noise_quantile(compiled.request.alpha)),
+            }
+        )
+        if len(keys) == 0:
+            keys = []
+    moment_index = {m.name: i for i, m in enumerate(aggregation_plan(compiled, bounds, salt).moments)}
+    half_widths: dict[str, float] = {}
+    for statistic in compiled.statistics:
+        if statistic.kind in ("auto", "hist") or (statistic.key == "persons" and "persons" in values):
+            if statistic.key == "persons":
+                selector = compiled.selection_mechanism(max(len(keys), 1))
+                half_widths["persons"] = float(selector.noise_quantile(compiled.request.alpha))
+            continue
+        column_bounds = bounds.get(statistic.column or "") if statistic.column else None
+        mechanism = compiled.mechanism(statistic, max(len(keys), 1), column_bounds)
+        assert isinstance(mechanism, VectorNoise)
+        if statistic.kind in ("rows", "persons"):
+            exact = [float(v) for v in _align(result, keys, statistic.kind)]
+        else:
+            moment = compiled.moment(statistic, column_bounds or (0.0, 1.0))
+            integers = _align(result, keys, f"m{moment_index[statistic.key]}")
+            exact = [float(v) * moment.unit_scale for v in integers]
+        values[statistic.key] = mechanism.release(exact, rng) if keys else []
+        half_widths[statistic.key] = mechanism.half_width(compiled.request.alpha)
+        split.append(_describe(compiled, statistic, mechanism, column_bounds))
+
+    for statistic in compiled.statistics:
+        if statistic.kind != "hist":
+            continue
+        column = statistic.column or ""
+        low, high = bounds[column]
+        plan = histogram_plan(compiled, statistic, (low, high), salt)
+        histogram = backend.run(plan)
+        index = {key: i for i, key in enumerate(histogram.keys)}
+        mechanism = compiled.mechanism(statistic, max(len(keys), 1))
+        assert isinstance(mechanism, SelectionNoise)
+        edges = [low + (high - low) * j / QUANTILE_BINS for j in range(QUANTILE_BINS + 1)]
+        for level in compiled.levels(statistic):
+            released = []
+            for key in keys:
+                counts = histogram.histogram[index[key]] if key in index and histogram.histogram else {}
+                weights = [counts.get(b, 0) / _WEIGHT for b in range(QUANTILE_BINS)]
+                released.append(_quantile(mechanism, edges, weights, level, rng))
+            values[f"{statistic.key}@{level}"] = released
+        split.append(_describe(compiled, statistic, mechanism, (low, high)))
+    values.update({f"__hw:{k}": [v] for k, v in half_widths.items()})
+    return Released(keys, values, bounds, split)
+
+
+def _describe(
+    compiled: CompiledQuery,
+    statistic: Statistic,
+    mechanism: VectorNoise | SelectionNoise,
+    bounds: tuple[float, float] | None,
+) -> dict[str, Any]:
+    share = compiled.shares[statistic.key]
+    l1, l2 = (
+        compiled.sensitivity(statistic, bounds)
+        if statistic.kind in ("rows", "persons", "hist", "auto") or bounds
+        else (math.nan, math.nan)
+    )
+    label = {
+        "rows": "count of rows",
+        "persons": "count of people",
+        "sum": f"sum of {statistic.column}",
+        "csum": f"centred sum of {statistic.column}",
+        "csq": f"centred sum of squares of {statistic.column}",
+        "hist": f"quantiles of {statistic.column}",
+        "auto": f"automatic bounds of {statistic.column}",
+    }[statistic.kind]
+    entry: dict[str, Any] = {
+        "statistic": label,
+        "mechanism": mechanism.name,
+        "sensitivity": l2 if compiled.request.mode == "gaussian" else l1,
+        "scale": mechanism.scale,
+        "half_width": mechanism.half_width(compiled.request.alpha),
+    }
+    if compiled.request.mode == "laplace" or (compiled.selection_epsilon is not None and statistic.key == "persons"):
+        entry["epsilon"] = float(share)
+    else:
+        entry["rho"] = float(share)
+    return entry
+
+
+def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[float]]:
+    """The user's columns from the noisy statistics: value, low and high for each aggregate."""
+    alpha = compiled.request.alpha
+    values = released.values
+    hw = {k[5:]: v[0] for k, v in values.items() if k.startswith("__hw:")}
+    count = len(released.keys)
+    out: dict[str, list[float]] = {}
+
+    def half(key: str, level: float) -> float:
+        """Half-width at another level for the same statistic (recomputed from the mechanism)."""
+        statistic = next(s for s in compiled.statistics if s.key == key)
+        if key == "persons" and compiled.selection_epsilon is not None:
+            return float(compiled.selection_mechanism(max(count, 1)).noise_quantile(level))
+        column_bounds = released.bounds.get(statistic.column or "") if statistic.column else None
+        mechanism = compiled.mechanism(statistic, max(count, 1), column_bounds)
+        return mechanism.half_width(level)
+
+    for name, aggregate in compiled.query.aggregates:
+        column = aggregate.column or ""
+        if aggregate.kind in ("count", "count_distinct"):
+            key = "rows" if aggregate.kind == "count" else "persons"
+            h = hw[key]
+            noisy = values[key]
+            out[name] = [float(max(0, round(v))) for v in noisy]
+            out[f"{name}_low"] = [max(0.0, v - h) for v in noisy]
+            out[f"{name}_high"] = [max(0.0, v + h) for v in noisy]
+        elif aggregate.kind == "sum":
+            key = f"sum:{column}"
+            h = hw[key]
+            out[name] = list(values[key])
+            out[f"{name}_low"] = [v - h for v in values[key]]
+            out[f"{name}_high"] = [v + h for v in values[key]]
+        elif aggregate.kind == "mean":
+            low, high = released.bounds[column]
+            mid = (low + high) / 2
+            h_n, h_s = half("rows", alpha / 2), half(f"csum:{column}", alpha / 2)
+            est, lo_list, hi_list = [], [], []
+            for n, s in zip(values["rows"], values[f"csum:{column}"], strict=True):
+                est.append(min(max(mid + s / max(n, 1.0), low), high))
+                n_lo, n_hi = max(n - h_n, 1.0), max(n + h_n, 1.0)
+                if n + h_n < 1:
+                    lo_list.append(low)
+                    hi_list.append(high)
+                    continue
+                ratios = [(s - h_s) / n_lo, (s - h_s) / n_hi, (s + h_s) / n_lo, (s + h_s) / n_hi]
+                lo_list.append(min(max(mid + min(ratios), low), high))
+                hi_list.append(min(max(mid + max(ratios), low), high))
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = est, lo_list, hi_list
+        elif aggregate.kind in ("variance", "stddev"):
+            low, high = released.bounds[column]
+            reach = (high - low) / 2
+            h_n, h_s, h_q = half("rows", alpha / 3), half(f"csum:{column}", alpha / 3), half(f"csq:{column}", alpha / 3)
+            est, lo_list, hi_list = [], [], []
+            for n, s, q in zip(values["rows"], values[f"csum:{column}"], values[f"csq:{column}"], strict=True):
+                n_used = max(n, 1.0)
+                variance = q / n_used + reach**2 / 2 - (s / n_used) ** 2
+                est.append(min(max(variance, 0.0), reach**2))
+                if n + h_n < 1:
+                    lo_list.append(0.0)
+                    hi_list.append(reach**2)
+                    continue
+                n_lo, n_hi = max(n - h_n, 1.0), max(n + h_n, 1.0)
+                second = [(q - h_q) / n_lo, (q - h_q) / n_hi, (q + h_q) / n_lo, (q + h_q) / n_hi]
+                means = [(s - h_s) / n_lo, (s - h_s) / n_hi, (s + h_s) / n_lo, (s + h_s) / n_hi]
+                square_high = max(m * m for m in means)
+                square_low = 0.0 if min(means) <= 0 <= max(means) else min(m * m for m in means)
+                lo_list.append(min(max(min(second) + reach**2 / 2 - square_high, 0.0), reach**2))
+                hi_list.append(min(max(max(second) + reach**2 / 2 - square_low, 0.0), reach**2))
+            if aggregate.kind == "stddev":
+                est, lo_list, hi_list = ([math.sqrt(v) for v in lst] for lst in (est, lo_list, hi_list))
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = est, lo_list, hi_list
+        elif aggregate.kind == "quantiles":
+            key = f"hist:{column}"
+            for level in aggregate.levels:
+                label = name if len(aggregate.levels) == 1 else f"{name}_{_level_label(level)}"
+                out[label] = list(values[f"{key}@{level}"])
+                out[f"{label}_low"] = [math.nan] * count
+                out[f"{label}_high"] = [math.nan] * count
+        else:  # pragma: no cover - every kind is handled above
+            raise InternalError(f"unhandled aggregate {aggregate.kind}")
+    return out
+
+
+def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:
+    """Order keys of mixed types and NULLs deterministically (NULL last)."""
+    return tuple((1, "", "") if v is None else (0, type(v).__name__, v) for v in key)
+
+
+def _level_label(level: float) -> str:
+    percent = level * 100
+    return f"p{int(percent)}" if float(percent).is_integer() else f"q{level:g}"
+
+
+def combine(
+    keys: list[tuple[Any, ...]], names: tuple[str, ...], columns: Mapping[str, list[float]]
+) -> dict[str, list[Any]]:
+    """Group columns followed by the released columns, as a column mapping."""
+    table: dict[str, list[Any]] = {name: [key[i] for key in keys] for i, name in enumerate(names)}
+    table.update(columns)
+    return table

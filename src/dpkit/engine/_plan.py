@@ -1,0 +1,222 @@
+"""The query plan: frozen values that say *what* to compute, never how or at what privacy cost.
+
+A :class:`Query` is built by the Python builder (:mod:`dpkit.engine._builder`) or by the SQL
+front end (:mod:`dpkit.engine._sql`); both produce the same plan, which the privacy compiler
+(:mod:`dpkit.engine._compiler`) turns into a bounded aggregation and a set of mechanisms.
+Every value here is public: column names, bounds, key sets, contribution limits.
+
+Filters are kept as SQL text in DuckDB's dialect (validated by parsing with sqlglot); each
+backend transpiles them to its own dialect.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import check_integer, check_positive, check_probability
+
+__all__ = [
+    "AUTO",
+    "Aggregate",
+    "AggregateKind",
+    "Bin",
+    "Contribution",
+    "GroupKey",
+    "Join",
+    "Query",
+    "check_bounds_pair",
+]
+
+AggregateKind = Literal["count", "count_distinct", "sum", "mean", "variance", "stddev", "quantiles"]
+AGGREGATE_KINDS: tuple[str, ...] = ("count", "count_distinct", "sum", "mean", "variance", "stddev", "quantiles")
+NUMERIC_KINDS = frozenset({"sum", "mean", "variance", "stddev", "quantiles"})
+
+#: Ask for clamping bounds to be estimated privately (a charged release).
+AUTO = "auto"
+
+
+def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:
+    """Clamping bounds: a pair (low, high) of finite reals with low < high, or ``"auto"``."""
+    if bounds == AUTO and isinstance(bounds, str):
+        return AUTO
+    allowed = "must be a pair (low, high) of finite real numbers with low < high, or 'auto'"
+    if isinstance(bounds, str | bytes) or not isinstance(bounds, Sequence) or len(bounds) != 2:
+        raise InvalidParameterError(name, bounds, allowed)
+    low, high = bounds
+    try:
+        low_f, high_f = float(low), float(high)
+    except (TypeError, ValueError):
+        raise InvalidParameterError(name, bounds, allowed) from None
+    if isinstance(low, bool) or isinstance(high, bool) or not (math.isfinite(low_f) and math.isfinite(high_f)):
+        raise InvalidParameterError(name, bounds, allowed)
+    if not low_f < high_f:
+        raise InvalidParameterError(name, bounds, allowed)
+    if max(abs(low_f), abs(high_f)) >= 2.0**60:
+        raise InvalidParameterError(name, bounds, "bounds must have magnitude below 2**60")
+    return (low_f, high_f)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One requested statistic: kind, column, clamping bounds, quantile levels and budget weight.
+
+    ``bounds`` None means "use the session's or the call's bounds for this column"; the compiler
+    refuses a numeric aggregate whose column has no bounds anywhere. ``weight`` is this
+    aggregate's share of the query budget relative to the others (default 1).
+    """
+
+    kind: AggregateKind
+    column: str | None = None
+    bounds: tuple[float, float] | str | None = None
+    levels: tuple[float, ...] = ()
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.kind not in AGGREGATE_KINDS:
+            raise InvalidParameterError("kind", self.kind, f"must be one of {', '.join(AGGREGATE_KINDS)}")
+        if self.kind in NUMERIC_KINDS:
+            if not isinstance(self.column, str) or not self.column:
+                raise InvalidParameterError("column", self.column, f"{self.kind} needs a column name (a string)")
+        elif self.column is not None and self.kind == "count":
+            if not isinstance(self.column, str):
+                raise InvalidParameterError("column", self.column, "must be a column name or None")
+        if self.bounds is not None:
+            object.__setattr__(self, "bounds", check_bounds_pair("bounds", self.bounds))
+        if self.kind == "quantiles":
+            if not self.levels:
+                raise InvalidParameterError("levels", self.levels, "quantiles need at least one level in (0, 1)")
+            levels = tuple(check_probability("levels", q, open_low=True, open_high=True) for q in self.levels)
+            object.__setattr__(self, "levels", levels)
+        elif self.levels:
+            raise InvalidParameterError("levels", self.levels, f"only quantiles take levels, not {self.kind}")
+        object.__setattr__(self, "weight", check_positive("weight", self.weight))
+
+
+@dataclass(frozen=True)
+class Bin:
+    """A group key made by binning a numeric column at public edges: [e0, e1), [e1, e2), ..., [e_{m-1}, e_m].
+
+    Values below e0 or above e_m (and NULL / NaN) fall in no bin and are dropped. The keys of a
+    binned column are public (the bins), so it never needs partition selection. The key of a
+    row is the bin's label, ``"[e_i, e_{i+1})"`` (the last bin is closed).
+    """
+
+    column: str
+    edges: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidParameterError("column", self.column, "must be a column name")
+        try:
+            edges = tuple(float(e) for e in self.edges)
+        except (TypeError, ValueError):
+            raise InvalidParameterError("bins", self.edges, "must be a sequence of finite numbers") from None
+        if len(edges) < 2 or not all(math.isfinite(e) for e in edges):
+            raise InvalidParameterError("bins", self.edges, "needs at least two finite edges")
+        if any(b <= a for a, b in zip(edges, edges[1:], strict=False)):
+            raise InvalidParameterError("bins", self.edges, "edges must be strictly increasing")
+        object.__setattr__(self, "edges", edges)
+
+    @property
+    def name(self) -> str:
+        return f"{self.column}_bin"
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        last = len(self.edges) - 2
+        return tuple(
+            f"[{_fmt(a)}, {_fmt(b)}{']' if i == last else ')'}"
+            for i, (a, b) in enumerate(zip(self.edges, self.edges[1:], strict=False))
+        )
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if value.is_integer() and abs(value) < 2**53 else repr(value)
+
+
+GroupKey = str | Bin
+
+
+@dataclass(frozen=True)
+class Join:
+    """An inner join of the private table with a *public* lookup table on shared column names."""
+
+    table: str
+    on: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.table, str) or not self.table:
+            raise InvalidParameterError("table", self.table, "must be the name of a public table")
+        if not self.on or not all(isinstance(c, str) and c for c in self.on):
+            raise InvalidParameterError("on", self.on, "must name one or more shared columns")
+
+
+@dataclass(frozen=True)
+class Contribution:
+    """Per-person contribution limits: at most ``rows_per_group`` rows in any group, ``groups_per_person`` groups.
+
+    Rows beyond the limit are not dropped at random: a person with n > k rows in a group
+    contributes k / n of each row (their statistics scaled by k / n), which keeps the same
+    sensitivity while using all of their data (see :mod:`dpkit.engine._compiler`).
+    """
+
+    rows_per_group: int = 1
+    groups_per_person: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rows_per_group", check_integer("rows_per_group", self.rows_per_group, minimum=1))
+        object.__setattr__(
+            self, "groups_per_person", check_integer("groups_per_person", self.groups_per_person, minimum=1)
+        )
+
+
+@dataclass(frozen=True)
+class Query:
+    """What to compute: source table, joins, filters, grouping, public keys, aggregates, limits.
+
+    ``keys`` is the public key set, one tuple per group (in ``group_by`` order), or None for
+    private keys (selected with thresholded partition selection, which needs delta > 0). A query
+    grouped only by :class:`Bin` keys is always public.
+    """
+
+    table: str
+    joins: tuple[Join, ...] = ()
+    where: tuple[str, ...] = ()
+    group_by: tuple[GroupKey, ...] = ()
+    keys: tuple[tuple[Any, ...], ...] | None = None
+    aggregates: tuple[tuple[str, Aggregate], ...] = ()
+    contribution: Contribution | None = None
+    text: str = field(default="", compare=False)
+
+    @property
+    def group_names(self) -> tuple[str, ...]:
+        return tuple(g.name if isinstance(g, Bin) else g for g in self.group_by)
+
+    @property
+    def public_keys(self) -> bool:
+        """Whether the group keys are public (given, or all groups are bins, or no grouping)."""
+        return not self.group_by or self.keys is not None or all(isinstance(g, Bin) for g in self.group_by)
+
+    def describe(self) -> str:
+        """A one-line description for the ledger (the SQL text when the query came from SQL)."""
+        if self.text:
+            return self.text
+        parts = [f"table {self.table}"]
+        if self.joins:
+            parts.append("join " + ", ".join(j.table for j in self.joins))
+        if self.where:
+            parts.append("where " + " AND ".join(self.where))
+        if self.group_by:
+            parts.append("group by " + ", ".join(self.group_names) + (" (public keys)" if self.public_keys else ""))
+        parts.append(
+            "agg "
+            + ", ".join(
+                f"{name}={a.kind}({a.column or ''}{', ' + ','.join(map(str, a.levels)) if a.levels else ''})"
+                for name, a in self.aggregates
+            )
+        )
+        return "; ".join(parts)

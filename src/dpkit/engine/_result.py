@@ -1,0 +1,134 @@
+"""What a query gives back: a table of noisy values with confidence intervals, and its cost."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from dpkit.engine._plan import Contribution
+from dpkit.guarantees import Guarantee
+
+__all__ = ["Preview", "Result"]
+
+
+def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
+    names = list(columns)
+    rows = list(zip(*(columns[n] for n in names), strict=True)) if names else []
+
+    def cell(value: Any) -> str:
+        if isinstance(value, float):
+            if math.isnan(value):
+                return "nan"
+            return f"{value:,.0f}" if abs(value) >= 1000 or value.is_integer() else f"{value:.4g}"
+        return str(value)
+
+    body = [[cell(v) for v in row] for row in rows[:limit]]
+    widths = [max([len(n)] + [len(r[i]) for r in body]) for i, n in enumerate(names)]
+    lines = ["  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
+    lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in body]
+    if len(rows) > limit:
+        lines.append(f"... ({len(rows)} rows)")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Result:
+    """A released query: noisy values, (1 - alpha) confidence intervals, and what it cost.
+
+    ``columns`` maps each output column to its values: the group columns, then for each
+    aggregate ``name``, ``name_low`` and ``name_high``. The intervals cover the *bounded*
+    statistic (after clamping and contribution bounding) with probability >= 1 - alpha each;
+    quantiles have no interval (NaN). ``guarantee`` is what the ledger was debited;
+    ``budget_split`` shows how it was divided among the statistics.
+    """
+
+    columns: dict[str, list[Any]]
+    guarantee: Guarantee
+    alpha: float
+    contribution: Contribution
+    budget_split: tuple[dict[str, Any], ...]
+    bounds: dict[str, tuple[float, float]]
+    description: str
+    entry_index: int | None = None
+
+    def to_pandas(self) -> Any:
+        """The result as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame(self.columns)
+
+    def to_arrow(self) -> Any:
+        """The result as a pyarrow Table."""
+        import pyarrow as pa
+
+        return pa.table(self.columns)
+
+    def to_polars(self) -> Any:
+        """The result as a Polars DataFrame."""
+        import polars as pl
+
+        return pl.DataFrame(self.columns)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary: rows, cost, split, bounds and contribution limits."""
+        names = list(self.columns)
+        rows = [dict(zip(names, values, strict=True)) for values in zip(*self.columns.values(), strict=True)]
+        return {
+            "rows": [
+                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in rows
+            ],
+            "guarantee": repr(self.guarantee),
+            "alpha": self.alpha,
+            "rows_per_group": self.contribution.rows_per_group,
+            "groups_per_person": self.contribution.groups_per_person,
+            "bounds": {k: list(v) for k, v in self.bounds.items()},
+            "budget_split": [dict(s) for s in self.budget_split],
+        }
+
+    def __len__(self) -> int:
+        return len(next(iter(self.columns.values()), []))
+
+    def __str__(self) -> str:
+        limits = (
+            f"each person: <= {self.contribution.rows_per_group} rows per group, "
+            f"<= {self.contribution.groups_per_person} groups"
+        )
+        split = "; ".join(
+            f"{s['statistic']}: {s['mechanism']} "
+            + (f"eps={s['epsilon']:.4g}" if "epsilon" in s else f"rho={s.get('rho', 0):.4g}")
+            for s in self.budget_split
+        )
+        return (
+            f"{_format_table(self.columns)}\n"
+            f"spent {self.guarantee}; {int(round((1 - self.alpha) * 100))}% intervals; {limits}\n"
+            f"split: {split}"
+        )
+
+
+@dataclass(frozen=True)
+class Preview:
+    """The cost and expected accuracy of a query, computed from public information only.
+
+    ``statistics``: one row per noisy statistic with its mechanism, budget share, sensitivity,
+    noise scale, expected absolute error and (1 - alpha) half-width, per group.
+    """
+
+    guarantee: Guarantee
+    alpha: float
+    contribution: Contribution
+    statistics: tuple[dict[str, Any], ...]
+    remaining_after: Guarantee | None
+    affordable: bool
+    groups: int | None
+
+    def to_pandas(self) -> Any:
+        import pandas as pd
+
+        return pd.DataFrame(list(self.statistics))
+
+    def __str__(self) -> str:
+        names = list(self.statistics[0]) if self.statistics else []
+        columns = {n: [s.get(n, "") for s in self.statistics] for n in names}
+        verdict = "fits the remaining budget" if self.affordable else "EXCEEDS the remaining budget"
+        return f"cost {self.guarantee} ({verdict})\n{_format_table(columns)}"

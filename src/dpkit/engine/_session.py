@@ -1,0 +1,385 @@
+"""The session: a sensitive table, who a person is, a budget and its ledger, and the query entry points.
+
+>>> import pandas as pd
+>>> import dpkit
+>>> from dpkit import engine as E
+>>> from dpkit.noise import InsecureSeededRandom
+>>> people = pd.DataFrame(
+...     {"person_id": [1, 1, 2, 3], "region": ["n", "n", "s", "s"], "income": [10.0, 20.0, 30.0, 40.0]}
+... )
+>>> session = dpkit.Session.from_pandas(people, name="people", privacy_unit="person_id", budget=dpkit.PureDP(1.0))
+>>> query = session.table("people").group_by("region", keys=["n", "s"]).agg(n=E.count())
+>>> query.preview(epsilon=0.5).guarantee.epsilon
+0.5
+>>> result = query.release(epsilon=0.5, rng=InsecureSeededRandom(1))   # a seed is for tests only
+>>> result.to_pandas().columns.tolist()
+['region', 'n', 'n_low', 'n_high']
+>>> session.remaining.epsilon
+0.5
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from dpkit._errors import InvalidParameterError
+from dpkit.engine._backends import Backend, ColumnInfo, make_backend
+from dpkit.engine._builder import QueryBuilder
+from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
+from dpkit.engine._execute import combine, execute, postprocess
+from dpkit.engine._ledger import Ledger
+from dpkit.engine._plan import Contribution, Query, check_bounds_pair
+from dpkit.engine._result import Preview, Result
+from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+from dpkit.noise import RandomSource, resolve_source
+
+__all__ = ["Session"]
+
+
+def _check_budget(budget: object) -> Guarantee | None:
+    if budget is None or isinstance(budget, PureDP | ApproxDP | ZCDP):
+        return budget
+    raise InvalidParameterError(
+        "budget", budget, "must be a dpkit guarantee: PureDP(eps), ApproxDP(eps, delta) or ZCDP(rho)"
+    )
+
+
+class Session:
+    """A private table opened for differentially private queries under one budget.
+
+    Build it with :meth:`from_parquet`, :meth:`from_csv`, :meth:`from_pandas`,
+    :meth:`from_arrow`, :meth:`from_polars` or :meth:`from_spark`. Arguments shared by all:
+
+    - ``name``: the table's name in SQL (default: the file's stem, or ``data`` for a frame);
+    - ``privacy_unit``: the column that identifies a person (every row of one person is
+      protected together), or None when each row is a different person;
+    - ``budget``: the total guarantee, ``PureDP``, ``ApproxDP`` or ``ZCDP``;
+    - ``ledger``: a file path for a persistent ledger shared by every session and process that
+      opens it (the budget is then stored there), or None for an in-memory ledger;
+    - ``bounds``: default clamping bounds per numeric column, ``{"income": (0, 200_000)}``;
+    - ``contribution``: default per-person limits (:class:`~dpkit.engine.Contribution`);
+    - ``public_tables``: lookup tables that are public, ``{"regions": frame_or_path}``;
+    - ``backend``: ``"duckdb"`` (default), ``"spark"``, or a :class:`~dpkit.engine.Backend`.
+
+    Privacy contract: every release debits the ledger with the query's full cost *before* the
+    backend runs or any noise is drawn; a refused or invalid query spends nothing; the
+    released values are differentially private with respect to adding or removing one person
+    (all rows with one ``privacy_unit`` value) under the stated cost.
+    """
+
+    def __init__(
+        self,
+        source: object,
+        kind: str,
+        *,
+        name: str,
+        privacy_unit: str | None = None,
+        budget: Guarantee | None = None,
+        ledger: str | os.PathLike[str] | Ledger | None = None,
+        bounds: Mapping[str, Any] | None = None,
+        contribution: Contribution | None = None,
+        public_tables: Mapping[str, object] | None = None,
+        backend: object = None,
+        analyst: str | None = None,
+    ) -> None:
+        if not isinstance(name, str) or not name.isidentifier():
+            raise InvalidParameterError("name", name, "must be a table name (letters, digits, underscores)")
+        if privacy_unit is not None and (not isinstance(privacy_unit, str) or not privacy_unit):
+            raise InvalidParameterError("privacy_unit", privacy_unit, "must be a column name or None (one row)")
+        checked_budget = _check_budget(budget)
+        self._bounds = {str(c): check_bounds_pair(f"bounds[{c!r}]", v) for c, v in (bounds or {}).items()}
+        if contribution is not None and not isinstance(contribution, Contribution):
+            raise InvalidParameterError("contribution", contribution, "must be a dpkit.engine.Contribution")
+        self._contribution = contribution or Contribution()
+        if isinstance(ledger, Ledger):
+            if checked_budget is not None and ledger.budget != checked_budget:
+                raise InvalidParameterError(
+                    "budget", checked_budget, f"differs from the ledger's budget {ledger.budget}"
+                )
+            self._ledger = ledger
+        else:
+            if ledger is None and checked_budget is None:
+                raise InvalidParameterError("budget", None, "give a budget (or a ledger file that stores one)")
+            self._ledger = Ledger(ledger, checked_budget, analyst=analyst)
+        self._analyst = analyst
+        self._backend: Backend = make_backend(backend)
+        self._name = name
+        self._privacy_unit = privacy_unit
+        self._backend.register(name, source, kind)
+        self._public: dict[str, dict[str, ColumnInfo]] = {}
+        for table, table_source in (public_tables or {}).items():
+            self.add_public_table(table, table_source)
+        self._columns = self._backend.schema(name)
+        if privacy_unit is not None and privacy_unit not in self._columns:
+            raise InvalidParameterError(
+                "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
+            )
+        self._lock = threading.Lock()
+
+    # -- constructors ------------------------------------------------------------------------------
+
+    @classmethod
+    def from_parquet(cls, path: str | os.PathLike[str], *, name: str | None = None, **options: Any) -> Session:
+        """Open a Parquet file (or glob) as the private table (scanned in place: larger than memory is fine)."""
+        return cls(_existing(path), "parquet", name=name or _stem(path), **options)
+
+    @classmethod
+    def from_csv(cls, path: str | os.PathLike[str], *, name: str | None = None, **options: Any) -> Session:
+        """Open a CSV file (header row, types inferred) as the private table."""
+        return cls(_existing(path), "csv", name=name or _stem(path), **options)
+
+    @classmethod
+    def from_pandas(cls, frame: Any, *, name: str = "data", **options: Any) -> Session:
+        """Use a pandas DataFrame as the private table."""
+        return cls(frame, "pandas", name=name, **options)
+
+    @classmethod
+    def from_arrow(cls, table: Any, *, name: str = "data", **options: Any) -> Session:
+        """Use a pyarrow Table as the private table."""
+        return cls(table, "arrow", name=name, **options)
+
+    @classmethod
+    def from_polars(cls, frame: Any, *, name: str = "data", **options: Any) -> Session:
+        """Use a Polars DataFrame as the private table."""
+        return cls(frame, "polars", name=name, **options)
+
+    @classmethod
+    def from_spark(cls, frame: Any, *, name: str = "data", **options: Any) -> Session:
+        """Use a Spark DataFrame as the private table (runs on Spark: its session is reused)."""
+        from dpkit.engine._backends import SparkBackend
+
+        options.setdefault("backend", SparkBackend(frame.sparkSession))
+        return cls(frame, "spark", name=name, **options)
+
+    def add_public_table(self, name: str, source: object) -> None:
+        """Register a public lookup table (a path to Parquet/CSV, or a frame) for joins."""
+        if not isinstance(name, str) or not name.isidentifier() or name == self._name:
+            raise InvalidParameterError("public_tables", name, "must be a table name different from the private table")
+        self._backend.register(name, *_source_kind(source))
+        self._public[name] = self._backend.schema(name)
+
+    # -- reading the budget ------------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        return self._ledger
+
+    @property
+    def budget(self) -> Guarantee:
+        return self._ledger.budget
+
+    @property
+    def remaining(self) -> Guarantee:
+        """What is left of the budget (read from the shared ledger)."""
+        return self._ledger.remaining
+
+    @property
+    def columns(self) -> dict[str, ColumnInfo]:
+        return dict(self._columns)
+
+    # -- queries -------------------------------------------------------------------------------------
+
+    def table(self, name: str | None = None) -> QueryBuilder:
+        """Start a Python query on the private table: ``session.table("people").where(...).agg(...)``."""
+        table = name or self._name
+        if table != self._name:
+            raise InvalidParameterError("name", name, f"the private table of this session is {self._name!r}")
+        return QueryBuilder(self, table)
+
+    def sql(
+        self,
+        text: str,
+        *,
+        keys: object = None,
+        rows_per_group: int | None = None,
+        groups_per_person: int | None = None,
+        **cost: Any,
+    ) -> Result:
+        """Run one SQL SELECT privately. ``cost``: epsilon / delta / rho / accuracy, alpha, bounds, mechanism, rng."""
+        return self.release(self._parse(text, keys, rows_per_group, groups_per_person), **cost)
+
+    def _parse(self, text: str, keys: object, rows_per_group: int | None, groups_per_person: int | None) -> Query:
+        from dpkit.engine._sql import parse_query
+
+        query, _ = parse_query(
+            text, table=self._name, public_tables=tuple(self._public), privacy_unit=self._privacy_unit, keys=keys
+        )
+        if rows_per_group is not None or groups_per_person is not None:
+            import dataclasses
+
+            query = dataclasses.replace(
+                query,
+                contribution=Contribution(
+                    rows_per_group if rows_per_group is not None else self._contribution.rows_per_group,
+                    groups_per_person if groups_per_person is not None else self._contribution.groups_per_person,
+                ),
+            )
+        return query
+
+    def _context(self) -> CompileContext:
+        return CompileContext(
+            table=self._name,
+            columns=self._columns,
+            public_tables=self._public,
+            privacy_unit=self._privacy_unit,
+            budget=self._ledger.budget,
+            bounds=self._bounds,
+            contribution=self._contribution,
+        )
+
+    def _compile(self, query: QueryBuilder | Query | str, cost: dict[str, Any]) -> CompiledQuery:
+        if isinstance(query, str):
+            query = self._parse(
+                query, cost.pop("keys", None), cost.pop("rows_per_group", None), cost.pop("groups_per_person", None)
+            )
+        plan = query.plan if isinstance(query, QueryBuilder) else query
+        if not isinstance(plan, Query):
+            raise InvalidParameterError("query", query, "must be a QueryBuilder, a Query or SQL text")
+        bounds = cost.pop("bounds", None)
+        allowed = {"epsilon", "delta", "rho", "accuracy", "alpha", "mechanism"}
+        unknown = set(cost) - allowed
+        if unknown:
+            raise InvalidParameterError(
+                ", ".join(sorted(unknown)),
+                None,
+                f"unknown argument; allowed: {', '.join(sorted(allowed | {'bounds', 'rng'}))}",
+            )
+        request = parse_request(self._ledger.budget, **cost)
+        return compile_query(plan, self._context(), request, bounds=bounds)
+
+    def preview(self, query: QueryBuilder | Query | str, **cost: Any) -> Preview:
+        """Cost and expected error of ``query`` without reading data or spending budget."""
+        cost = dict(cost)
+        cost.pop("rng", None)
+        compiled = self._compile(query, cost)
+        dimension = (
+            len(compiled.query.keys) if compiled.query.keys is not None else (1 if compiled.public_keys else None)
+        )
+        rows: list[dict[str, Any]] = []
+        for statistic in compiled.statistics:
+            bounds = compiled.bounds.get(statistic.column or "") if statistic.column else None
+            fixed = bounds if isinstance(bounds, tuple) else None
+            if statistic.kind in ("sum", "csum", "csq") and fixed is None:
+                rows.append({"statistic": statistic.key, "mechanism": "depends on private bounds"})
+                continue
+            if statistic.key == "persons" and compiled.selection_epsilon is not None:
+                mechanism = compiled.selection_mechanism(dimension or 1)
+                rows.append(
+                    {
+                        "statistic": "persons (partition selection)",
+                        "mechanism": "DiscreteLaplace + threshold",
+                        "epsilon": float(compiled.selection_epsilon),
+                        "delta": float(compiled.selection_delta),
+                        "threshold": compiled.selection_threshold(mechanism),
+                        "expected_error": float(mechanism.expected_error),
+                        "half_width": float(mechanism.noise_quantile(compiled.request.alpha)),
+                    }
+                )
+                continue
+            noise = compiled.mechanism(statistic, dimension or 1, fixed)
+            share_name = "epsilon" if compiled.request.mode == "laplace" else "rho"
+            l1, l2 = compiled.sensitivity(statistic, fixed)
+            rows.append(
+                {
+                    "statistic": statistic.key,
+                    "mechanism": noise.name,
+                    share_name: float(compiled.shares[statistic.key]),
+                    "sensitivity": l1 if compiled.request.mode == "laplace" else l2,
+                    "scale": noise.scale,
+                    "expected_error": noise.expected_error,
+                    "half_width": noise.half_width(compiled.request.alpha),
+                }
+            )
+        affordable = self._ledger.can_afford(compiled.cost)
+        remaining_after = None
+        if affordable:
+            try:
+                remaining_after = _minus(self._ledger.remaining, compiled.cost)
+            except Exception:  # noqa: BLE001 - display only
+                remaining_after = None
+        return Preview(
+            compiled.cost,
+            compiled.request.alpha,
+            compiled.contribution,
+            tuple(rows),
+            remaining_after,
+            affordable,
+            dimension,
+        )
+
+    def release(self, query: QueryBuilder | Query | str, *, rng: RandomSource | None = None, **cost: Any) -> Result:
+        """Spend the query's cost from the ledger, then run it and release noisy answers.
+
+        ``cost``: ``epsilon`` (and ``delta``) for PureDP/ApproxDP budgets, ``rho`` for zCDP, or
+        ``accuracy`` (a half-width, or a mapping aggregate -> half-width, at ``alpha``) instead of
+        epsilon; ``alpha`` (default 0.05) for the intervals; ``bounds`` per column;
+        ``mechanism`` ("auto", "laplace", "gaussian"). ``rng`` is for tests only.
+
+        Raises BudgetExceededError (nothing spent) when the cost does not fit the remaining
+        budget, InvalidParameterError for bad input (nothing spent, no data read).
+        """
+        compiled = self._compile(query, dict(cost))
+        source = resolve_source(rng)
+        compiled.verify()  # re-check the privacy claim before spending (a failure is our bug)
+        with self._lock:
+            entry = self._ledger.reserve(compiled.cost, description=compiled.query.describe(), analyst=self._analyst)
+        released = execute(compiled, self._backend, source)
+        columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
+        return Result(
+            columns=columns,
+            guarantee=compiled.cost,
+            alpha=compiled.request.alpha,
+            contribution=compiled.contribution,
+            budget_split=tuple(released.split),
+            bounds=released.bounds,
+            description=compiled.query.describe(),
+            entry_index=getattr(entry, "index", None),
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "
+            f"backend={self._backend.name!r}, remaining={self.remaining})"
+        )
+
+
+def _minus(remaining: Guarantee, cost: Guarantee) -> Guarantee | None:
+    if isinstance(remaining, ZCDP) and isinstance(cost, ZCDP):
+        left = remaining.rho_exact - cost.rho_exact
+        return ZCDP(left, remaining.neighbours) if left > 0 else None  # type: ignore[arg-type]
+    if isinstance(remaining, ZCDP) or isinstance(cost, ZCDP):
+        return None
+    eps = remaining.epsilon_exact - cost.epsilon_exact
+    dlt = remaining.delta_exact - cost.delta_exact
+    if isinstance(remaining, PureDP):
+        return PureDP(eps, remaining.neighbours) if eps > 0 else None  # type: ignore[arg-type]
+    return ApproxDP(eps, dlt, remaining.neighbours)  # type: ignore[arg-type]
+
+
+def _existing(path: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    text = os.fspath(path)
+    if not any(ch in text for ch in "*?[") and not Path(text).exists():
+        raise InvalidParameterError("path", text, "no such file")
+    return path
+
+
+def _stem(path: str | os.PathLike[str]) -> str:
+    stem = Path(os.fspath(path)).stem.split(".")[0]
+    return stem if stem.isidentifier() else "data"
+
+
+def _source_kind(source: object) -> tuple[object, str]:
+    if isinstance(source, str | os.PathLike):
+        suffix = Path(os.fspath(source)).suffix.lower()
+        return _existing(source), ("csv" if suffix in (".csv", ".tsv") else "parquet")
+    module = type(source).__module__.split(".")[0]
+    kind = {"pandas": "pandas", "pyarrow": "arrow", "polars": "polars", "pyspark": "spark"}.get(module)
+    if kind is None:
+        raise InvalidParameterError(
+            "public_tables", source, "must be a path, or a pandas / Arrow / Polars / Spark frame"
+        )
+    return source, kind

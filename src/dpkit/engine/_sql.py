@@ -1,0 +1,762 @@
+"""The SQL front end: one DuckDB-dialect SELECT parsed with sqlglot into a :class:`~dpkit.engine.Query`.
+
+The supported language is deliberately small, because every accepted clause must have a
+privacy analysis in the compiler:
+
+* ``FROM <private table> [alias]``, then any number of inner joins with *public* tables:
+  ``JOIN lookup USING (col, ...)`` or ``JOIN lookup ON a.col = b.col [AND ...]`` (same column
+  name on both sides);
+* ``WHERE`` with any row-level boolean expression (no subqueries, aggregates or windows);
+* ``GROUP BY`` plain columns;
+* ``SELECT`` group columns and aggregates, each optionally aliased: ``COUNT(*)``,
+  ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``, ``VARIANCE`` / ``VAR_SAMP`` /
+  ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``, ``MEDIAN``, ``QUANTILE_CONT`` /
+  ``QUANTILE_DISC`` / ``QUANTILE`` / ``APPROX_QUANTILE`` (one level or a list) and
+  ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``.
+
+Everything else is refused with :class:`UnsupportedSQLError`, whose message names the clause
+and says why. Column existence is not checked here; the compiler checks names against the
+schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterator
+
+import sqlglot
+from sqlglot import exp
+
+from dpkit._errors import InvalidParameterError
+from dpkit.engine._builder import normalise_condition, normalise_keys
+from dpkit.engine._plan import Aggregate, AggregateKind, GroupKey, Join, Query
+
+__all__ = ["UnsupportedSQLError", "parse_query"]
+
+SUPPORTED_AGGREGATES = (
+    "COUNT(*), COUNT(DISTINCT <privacy unit>), SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
+    "QUANTILE_CONT(col, q or [q1, q2, ...]), PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col)"
+)
+
+# Clauses of a SELECT that have no privacy analysis, with the reason given to the user.
+_REFUSED_CLAUSES: dict[str, tuple[str, str]] = {
+    "with_": ("WITH", "common table expressions (subqueries) are not supported; query the table directly"),
+    "distinct": ("SELECT DISTINCT", "releasing the distinct values themselves is not supported; use GROUP BY"),
+    "into": ("SELECT INTO", "a private query cannot write a table"),
+    "having": (
+        "HAVING",
+        "a condition on aggregates is not supported; filter the released table afterwards (post-processing is free)",
+    ),
+    "qualify": ("QUALIFY", "window functions are not supported"),
+    "windows": ("WINDOW", "window functions are not supported"),
+    "order": ("ORDER BY", "order is not part of a release; sort the released table afterwards"),
+    "sort": ("SORT BY", "order is not part of a release; sort the released table afterwards"),
+    "limit": ("LIMIT", "a limit would choose groups by their private values; slice the released table afterwards"),
+    "offset": ("OFFSET", "an offset would choose groups by their private values; slice the released table afterwards"),
+    "sample": ("USING SAMPLE", "sampling is not supported (its privacy amplification is not analysed here)"),
+    "laterals": ("LATERAL", "lateral joins are not supported"),
+    "pivots": ("PIVOT", "pivots are not supported; group by both columns instead"),
+    "prewhere": ("PREWHERE", "not supported; use WHERE"),
+    "connect": ("CONNECT BY", "recursive queries are not supported"),
+    "distribute": ("DISTRIBUTE BY", "not supported"),
+    "cluster": ("CLUSTER BY", "not supported"),
+    "locks": ("FOR UPDATE", "locking clauses are not supported"),
+}
+
+_CLAUSE_OF_ARG = {"expressions": "SELECT", "from_": "FROM", "joins": "JOIN", "where": "WHERE", "group": "GROUP BY"}
+
+# Aggregate functions with one plain-column argument: sqlglot class -> (kind, default-name prefix).
+_SIMPLE_AGGREGATES: dict[type[exp.Expr], tuple[AggregateKind, str]] = {
+    exp.Sum: ("sum", "sum"),
+    exp.Avg: ("mean", "avg"),
+    exp.Variance: ("variance", "variance"),
+    exp.VariancePop: ("variance", "variance"),
+    exp.Stddev: ("stddev", "stddev"),
+    exp.StddevSamp: ("stddev", "stddev"),
+    exp.StddevPop: ("stddev", "stddev"),
+}
+# Quantile functions written ``f(col, levels)``: sqlglot class -> the argument holding the levels.
+_QUANTILE_FUNCTIONS: dict[type[exp.Expr], str] = {
+    exp.PercentileCont: "expression",
+    exp.PercentileDisc: "expression",
+    exp.Quantile: "quantile",
+    exp.ApproxQuantile: "quantile",
+}
+
+
+class UnsupportedSQLError(InvalidParameterError):
+    """A SQL query uses a clause or form the engine does not support; the message names the clause and why.
+
+    ``name`` is always ``"sql"``, ``value`` the offending fragment of SQL, ``clause`` the clause.
+    """
+
+    def __init__(self, clause: str, fragment: str, reason: str) -> None:
+        self.clause = clause
+        super().__init__("sql", fragment, f"unsupported {clause}: {reason}")
+
+
+def parse_query(
+    text: str,
+    *,
+    table: str,
+    public_tables: Collection[str] = (),
+    privacy_unit: str | None = None,
+    keys: object = None,
+) -> tuple[Query, tuple[str, ...]]:
+    """Parse one SELECT into a Query; returns (query, output column order).
+
+    ``table`` is the session's private table (the only table FROM may name),
+    ``public_tables`` the lookup tables that may be joined, ``privacy_unit`` the column that
+    identifies a person (None: one row is one person) and ``keys`` an optional public key
+    set for the GROUP BY columns (see :func:`~dpkit.engine._builder.normalise_keys`; None
+    means the keys are private). The output order lists the SELECT items' names. Nothing is
+    released here: the plan says what to compute, the compiler decides how and at what cost.
+
+    >>> query, columns = parse_query(
+    ...     "SELECT region, COUNT(*) AS n, AVG(p.income) FROM people p WHERE age >= 18 GROUP BY region",
+    ...     table="people",
+    ... )
+    >>> columns
+    ('region', 'n', 'avg_income')
+    >>> query.where, query.group_by, [(name, a.kind, a.column) for name, a in query.aggregates]
+    (('age >= 18',), ('region',), [('n', 'count', None), ('avg_income', 'mean', 'income')])
+    >>> parse_query("SELECT COUNT(*) FROM people LIMIT 5", table="people")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    dpkit.engine._sql.UnsupportedSQLError: sql: got 'LIMIT 5'; unsupported LIMIT: ...
+    """
+    if not isinstance(text, str):
+        raise InvalidParameterError("sql", text, "must be SQL text (a string)")
+    if not isinstance(table, str) or not table:
+        raise InvalidParameterError("table", table, "must be the name of the session's private table")
+    if isinstance(public_tables, str) or not all(isinstance(t, str) for t in public_tables):
+        raise InvalidParameterError("public_tables", public_tables, "must be a collection of table names")
+    if privacy_unit is not None and (not isinstance(privacy_unit, str) or not privacy_unit):
+        raise InvalidParameterError("privacy_unit", privacy_unit, "must be a column name or None")
+
+    select = _single_select(text)
+    _refuse_clauses(select)
+    qualifiers, from_name = _from_clause(select, table)
+    joins = _join_clauses(select, table, from_name, public_tables, qualifiers)
+    where = _where_clause(select, qualifiers)
+    group_by = _group_by_clause(select, qualifiers, privacy_unit)
+    aggregates, columns = _select_list(select, qualifiers, group_by, privacy_unit)
+    query = Query(
+        table=table,
+        joins=joins,
+        where=where,
+        group_by=group_by,
+        keys=normalise_keys(group_by, keys),
+        aggregates=aggregates,
+        text=text,
+    )
+    return query, columns
+
+
+# --- statement and clauses ---------------------------------------------------------------------
+
+
+def _fragment(node: exp.Expr | None) -> str:
+    return "" if node is None else node.sql(dialect="duckdb")
+
+
+def _single_select(text: str) -> exp.Select:
+    try:
+        statements = [s for s in sqlglot.parse(text, read="duckdb") if s is not None]
+    except sqlglot.errors.ParseError as error:
+        details = error.errors[0] if error.errors else {}
+        where = f" at line {details.get('line')}, column {details.get('col')}" if details else ""
+        reason = f"could not parse it{where}: {details.get('description', str(error))}"
+        raise UnsupportedSQLError("SQL text", text, reason) from None
+    except sqlglot.errors.SqlglotError as error:
+        raise UnsupportedSQLError("SQL text", text, f"could not parse it: {error}") from None
+    if not statements:
+        raise UnsupportedSQLError("SQL text", text, "it holds no statement; give one SELECT")
+    if len(statements) > 1:
+        raise UnsupportedSQLError(
+            "several statements", text, f"got {len(statements)} statements; give exactly one SELECT"
+        )
+    statement = statements[0]
+    if isinstance(statement, exp.SetOperation):
+        raise UnsupportedSQLError(
+            statement.key.upper(),
+            _fragment(statement),
+            "set operations combine several queries, each needing its own budget; run them separately",
+        )
+    if isinstance(statement, exp.Subquery):
+        raise UnsupportedSQLError("subquery", _fragment(statement), "give the SELECT without enclosing parentheses")
+    if not isinstance(statement, exp.Select):
+        kind = statement.name.upper() if isinstance(statement, exp.Command) else statement.key.upper()
+        raise UnsupportedSQLError(
+            f"{kind} statement", _fragment(statement), "only a single SELECT is supported (the engine never writes)"
+        )
+    return statement
+
+
+def _refuse_clauses(select: exp.Select) -> None:
+    for arg, (clause, reason) in _REFUSED_CLAUSES.items():
+        value = select.args.get(arg)
+        if value:
+            node = value[0] if isinstance(value, list) else value
+            fragment = _fragment(node) if isinstance(node, exp.Expression) else clause
+            raise UnsupportedSQLError(clause, fragment, reason)
+    allowed = {"expressions", "from_", "joins", "where", "group", *_REFUSED_CLAUSES}
+    for arg, value in select.args.items():
+        if value and arg not in allowed:
+            raise UnsupportedSQLError(arg.rstrip("_").upper(), _fragment(select), "this clause is not supported")
+    # Subqueries and window functions, wherever they are.
+    for node in select.walk():
+        if node is select:
+            continue
+        if isinstance(node, exp.Query | exp.Exists):
+            raise UnsupportedSQLError(
+                f"subquery in {_clause_of(node, select)}",
+                _fragment(node),
+                "subqueries are not supported; a private query reads the private table once",
+            )
+        if isinstance(node, exp.Window):
+            raise UnsupportedSQLError(
+                f"window function in {_clause_of(node, select)}",
+                _fragment(node),
+                "window functions (OVER) are not supported; use GROUP BY with aggregates",
+            )
+
+
+def _clause_of(node: exp.Expr, select: exp.Select) -> str:
+    while node.parent is not None and node.parent is not select:
+        node = node.parent
+    key = node.arg_key or ""
+    return _CLAUSE_OF_ARG.get(key, key.upper())
+
+
+def _table_parts(node: exp.Table, clause: str) -> tuple[str, str | None]:
+    """Name and alias of a plain table reference; anything more is refused."""
+    if not isinstance(node.this, exp.Identifier):
+        raise UnsupportedSQLError(
+            clause, _fragment(node), "must name a table; table functions and file reads are not supported"
+        )
+    extra = [k for k, v in node.args.items() if v and k not in ("this", "alias")]
+    if extra:
+        what = "qualified table names" if set(extra) & {"db", "catalog"} else f"table options ({', '.join(extra)})"
+        raise UnsupportedSQLError(clause, _fragment(node), f"{what} are not supported; name the table alone")
+    alias = node.args.get("alias")
+    if alias is not None and alias.args.get("columns"):
+        raise UnsupportedSQLError(clause, _fragment(node), "column aliases on a table are not supported")
+    return node.this.name, (alias.name if alias is not None else None) or None
+
+
+def _from_clause(select: exp.Select, table: str) -> tuple[set[str], str]:
+    source = select.args.get("from_")
+    if source is None:
+        raise UnsupportedSQLError("FROM", _fragment(select), f"a query must read the private table {table!r}")
+    node = source.this
+    if isinstance(node, exp.Subquery):
+        raise UnsupportedSQLError(
+            "subquery in FROM",
+            _fragment(node),
+            "subqueries are not supported; a private query reads the table directly",
+        )
+    if not isinstance(node, exp.Table):
+        raise UnsupportedSQLError("FROM", _fragment(node), f"must name the private table {table!r}")
+    name, alias = _table_parts(node, "FROM")
+    if name.casefold() != table.casefold():
+        raise UnsupportedSQLError(
+            "FROM",
+            _fragment(node),
+            f"queries read this session's private table {table!r}, not {name!r} (public tables are joined to it)",
+        )
+    qualifiers = {name.casefold()}
+    if alias:
+        qualifiers.add(alias.casefold())
+    return qualifiers, name
+
+
+def _join_clauses(
+    select: exp.Select, table: str, from_name: str, public_tables: Collection[str], qualifiers: set[str]
+) -> tuple[Join, ...]:
+    public = {t.casefold(): t for t in public_tables}
+    joins: list[Join] = []
+    for join in select.args.get("joins") or []:
+        fragment = _fragment(join)
+        target = join.this
+        if isinstance(target, exp.Subquery | exp.Lateral | exp.Query):
+            raise UnsupportedSQLError("subquery in JOIN", fragment, "only public tables can be joined, not subqueries")
+        if not isinstance(target, exp.Table):
+            raise UnsupportedSQLError("JOIN", fragment, "only public tables can be joined")
+        method, side, kind = join.args.get("method"), join.args.get("side"), join.args.get("kind")
+        if method:
+            raise UnsupportedSQLError(
+                f"{str(method).upper()} JOIN", fragment, "only inner joins with USING (...) or ON a.col = b.col"
+            )
+        if side:
+            raise UnsupportedSQLError(
+                f"{str(side).upper()} JOIN",
+                fragment,
+                "outer joins are not supported; only inner joins with a public table (unmatched rows are dropped)",
+            )
+        if kind and str(kind).upper() != "INNER":
+            raise UnsupportedSQLError(
+                f"{str(kind).upper()} JOIN",
+                fragment,
+                "only inner joins with a public table on shared columns are supported",
+            )
+        using, on = join.args.get("using"), join.args.get("on")
+        if not using and on is None:
+            raise UnsupportedSQLError(
+                "CROSS JOIN",
+                fragment,
+                "cross joins (and comma-separated FROM lists) are not supported; join a public table "
+                "with USING (...) or ON a.col = b.col",
+            )
+        name, alias = _table_parts(target, "JOIN")
+        if name.casefold() == table.casefold() or name.casefold() == from_name.casefold():
+            raise UnsupportedSQLError(
+                "JOIN", fragment, "joining the private table to itself is not supported (a self-join multiplies rows)"
+            )
+        if name.casefold() not in public:
+            raise UnsupportedSQLError(
+                "JOIN",
+                fragment,
+                f"{name!r} is not a registered public table; only public lookup tables can be joined "
+                "(joining another private table would need its own privacy analysis)",
+            )
+        canonical = public[name.casefold()]
+        if any(j.table == canonical for j in joins):
+            raise UnsupportedSQLError("JOIN", fragment, f"the public table {canonical!r} may be joined once")
+        join_qualifiers = {name.casefold(), *([alias.casefold()] if alias else [])}
+        if using:
+            columns = [_identifier_name(u, "JOIN ... USING", fragment) for u in using]
+        else:
+            columns = _on_columns(on, fragment, join_qualifiers, qualifiers)
+        if len({c.casefold() for c in columns}) != len(columns):
+            raise UnsupportedSQLError("JOIN", fragment, "each join column may appear once")
+        joins.append(Join(canonical, tuple(columns)))
+        qualifiers |= join_qualifiers
+    return tuple(joins)
+
+
+def _identifier_name(node: exp.Expr, clause: str, fragment: str) -> str:
+    if isinstance(node, exp.Identifier):
+        return node.name
+    if isinstance(node, exp.Column) and not node.table and isinstance(node.this, exp.Identifier):
+        return node.name
+    raise UnsupportedSQLError(clause, fragment, "must list plain column names")
+
+
+def _conjuncts(node: exp.Expr) -> Iterator[exp.Expr]:
+    """The operands of top-level ANDs (looking through parentheses); each keeps its own parentheses."""
+    inner = node.unnest()
+    if isinstance(inner, exp.And):
+        yield from _conjuncts(inner.this)
+        yield from _conjuncts(inner.expression)
+    else:
+        yield node
+
+
+def _on_columns(on: exp.Expr, fragment: str, joined: set[str], earlier: set[str]) -> list[str]:
+    """Columns of ``ON a.col = b.col [AND ...]``: one side the joined table, the other an earlier table."""
+    columns: list[str] = []
+    for condition in _conjuncts(on):
+        condition = condition.unnest()
+        left, right = (condition.this, condition.expression) if isinstance(condition, exp.EQ) else (None, None)
+        left = left.unnest() if left is not None else None
+        right = right.unnest() if right is not None else None
+        if not (isinstance(left, exp.Column) and isinstance(right, exp.Column)):
+            raise UnsupportedSQLError(
+                "JOIN ... ON",
+                fragment,
+                "only equalities of same-named columns joined with AND (a.col = b.col) are supported",
+            )
+        if left.name.casefold() != right.name.casefold():
+            raise UnsupportedSQLError(
+                "JOIN ... ON",
+                fragment,
+                f"joins on different column names ({_fragment(condition)}) are not supported; "
+                "join on a column with the same name in both tables (rename it in the public table)",
+            )
+        sides = {left.table.casefold(), right.table.casefold()}
+        if (
+            left.args.get("db")
+            or right.args.get("db")
+            or len(sides) != 2
+            or not (sides & joined)
+            or not ((sides - joined) <= earlier and sides - joined)
+        ):
+            raise UnsupportedSQLError(
+                "JOIN ... ON",
+                fragment,
+                f"{_fragment(condition)} must compare a column of the joined table with the same column of a "
+                "table before it, both qualified (people.col = lookup.col); or write USING (col)",
+            )
+        columns.append(left.name)
+    return columns
+
+
+def _strip_qualifiers(node: exp.Expr, qualifiers: set[str]) -> exp.Expr:
+    """A copy of ``node`` whose column references drop a leading table name or alias.
+
+    The backend renders ``FROM table JOIN lookup USING (...)`` without aliases, so a column is
+    referred to by its name alone. A leading part that names no table (``s.field`` on a struct
+    column) is kept.
+    """
+
+    def strip(part: exp.Expr) -> exp.Expr:
+        if isinstance(part, exp.Column):
+            parts = part.parts
+            if len(parts) >= 2 and parts[0].name.casefold() in qualifiers:
+                rest = parts[1:]
+                return exp.Column(
+                    this=rest[-1],
+                    table=rest[-2] if len(rest) >= 2 else None,
+                    db=rest[-3] if len(rest) >= 3 else None,
+                )
+        return part
+
+    return node.transform(strip)
+
+
+def _where_clause(select: exp.Select, qualifiers: set[str]) -> tuple[str, ...]:
+    where = select.args.get("where")
+    if where is None:
+        return ()
+    condition = _strip_qualifiers(where.this, qualifiers)
+    aggregate = condition.find(exp.AggFunc) or next(
+        (n for n in condition.walk() if isinstance(n, exp.Anonymous) and n.name.upper() == "MEAN"), None
+    )
+    if aggregate is not None:
+        raise UnsupportedSQLError(
+            "aggregate in WHERE", _fragment(aggregate), "WHERE filters single rows; aggregates are not allowed there"
+        )
+    # Split the top-level ANDs so each filter reads like the builder's .where(...) calls. Only OR
+    # binds more loosely than AND, so an OR keeps its parentheses (the filters are AND-ed again
+    # by the backend); any other conjunct drops redundant ones.
+    filters: list[str] = []
+    for part in _conjuncts(condition):
+        conjunct = part if isinstance(part.unnest(), exp.Or) else part.unnest()
+        try:
+            filters.append(normalise_condition(_fragment(conjunct)))
+        except InvalidParameterError as error:
+            raise UnsupportedSQLError("WHERE", _fragment(conjunct), error.allowed) from None
+    return tuple(filters)
+
+
+def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str | None) -> tuple[GroupKey, ...]:
+    group = select.args.get("group")
+    if group is None:
+        return ()
+    for arg, clause in (
+        ("all", "GROUP BY ALL"),
+        ("grouping_sets", "GROUPING SETS"),
+        ("rollup", "ROLLUP"),
+        ("cube", "CUBE"),
+        ("totals", "WITH TOTALS"),
+    ):
+        if group.args.get(arg):
+            raise UnsupportedSQLError(
+                clause, _fragment(group), "each set of groups is a separate release; run one query per grouping"
+            )
+    names: list[str] = []
+    for item in group.expressions:
+        item = item.unnest()
+        if isinstance(item, exp.GroupingSets | exp.Rollup | exp.Cube):
+            clause = {exp.GroupingSets: "GROUPING SETS", exp.Rollup: "ROLLUP", exp.Cube: "CUBE"}[type(item)]
+            raise UnsupportedSQLError(
+                clause, _fragment(item), "each set of groups is a separate release; run one query per grouping"
+            )
+        if isinstance(item, exp.Literal) and not item.is_string:
+            raise UnsupportedSQLError(
+                "GROUP BY", _fragment(item), "positions (GROUP BY 1) are not supported; name the column"
+            )
+        column = _plain_column(item, qualifiers)
+        if column is None:
+            raise UnsupportedSQLError(
+                "GROUP BY",
+                _fragment(item),
+                "only plain columns are supported, not expressions; for a histogram of a numeric column "
+                "use the Python builder's bins (session.table(...).group_by(bins={...}))",
+            )
+        if privacy_unit is not None and column.casefold() == privacy_unit.casefold():
+            raise UnsupportedSQLError(
+                "GROUP BY",
+                _fragment(item),
+                f"grouping by the privacy unit {privacy_unit!r} would release one statistic per person; "
+                "group by a coarser column",
+            )
+        if column.casefold() in {n.casefold() for n in names}:
+            raise UnsupportedSQLError("GROUP BY", _fragment(group), f"column {column!r} appears twice")
+        names.append(column)
+    return tuple(names)
+
+
+def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
+    """The column name if ``node`` is a plain (possibly qualified) column reference, else None."""
+    node = _strip_qualifiers(node.unnest(), qualifiers)
+    if isinstance(node, exp.Column) and isinstance(node.this, exp.Identifier) and not node.table:
+        return node.name
+    return None
+
+
+# --- the SELECT list ---------------------------------------------------------------------------
+
+
+def _select_list(
+    select: exp.Select, qualifiers: set[str], group_by: tuple[GroupKey, ...], privacy_unit: str | None
+) -> tuple[tuple[tuple[str, Aggregate], ...], tuple[str, ...]]:
+    items = select.expressions
+    if not items:
+        raise UnsupportedSQLError("SELECT", _fragment(select), "name at least one aggregate")
+    group_names = {str(g).casefold(): str(g) for g in group_by}
+    # Each entry: (explicit output name or None, group column name or (aggregate, default name)).
+    entries: list[tuple[str | None, str | tuple[Aggregate, str]]] = []
+    for item in items:
+        alias = item.alias if isinstance(item, exp.Alias) else None
+        node = item.this if isinstance(item, exp.Alias) else item
+        if _is_star(node):
+            raise UnsupportedSQLError("SELECT *", _fragment(item), "name the group columns and aggregates to release")
+        column = _plain_column(node, qualifiers)
+        if column is not None:
+            entries.append((None, _group_column(column, alias, item, group_names, privacy_unit)))
+            continue
+        entries.append((alias or None, _aggregate(node.unnest(), qualifiers, privacy_unit)))
+    if not any(isinstance(value, tuple) for _, value in entries):
+        raise UnsupportedSQLError("SELECT", _fragment(select), f"name at least one aggregate ({SUPPORTED_AGGREGATES})")
+
+    taken: dict[str, str] = {}
+
+    def claim(name: str) -> None:
+        if name.casefold() in taken:
+            raise UnsupportedSQLError("SELECT", _fragment(select), f"the output column name {name!r} is used twice")
+        taken[name.casefold()] = name
+
+    for explicit, value in entries:
+        if isinstance(value, str):
+            claim(value)
+        elif explicit is not None:
+            claim(explicit)
+    aggregates: list[tuple[str, Aggregate]] = []
+    columns: list[str] = []
+    for explicit, value in entries:
+        if isinstance(value, str):
+            columns.append(value)
+            continue
+        aggregate, default = value
+        name = explicit if explicit is not None else _unique(default, taken)
+        aggregates.append((name, aggregate))
+        columns.append(name)
+    return tuple(aggregates), tuple(columns)
+
+
+def _unique(name: str, taken: dict[str, str]) -> str:
+    candidate, suffix = name, 2
+    while candidate.casefold() in taken:
+        candidate, suffix = f"{name}_{suffix}", suffix + 1
+    taken[candidate.casefold()] = candidate
+    return candidate
+
+
+def _is_star(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Star | exp.Columns) or (
+        isinstance(node, exp.Column) and isinstance(node.this, exp.Star)
+    )
+
+
+def _group_column(
+    column: str, alias: str | None, item: exp.Expr, group_names: dict[str, str], privacy_unit: str | None
+) -> str:
+    if privacy_unit is not None and column.casefold() == privacy_unit.casefold():
+        raise UnsupportedSQLError(
+            "SELECT",
+            _fragment(item),
+            f"the privacy unit column {privacy_unit!r} cannot be released; use COUNT(DISTINCT ...) to count people",
+        )
+    if column.casefold() not in group_names:
+        raise UnsupportedSQLError(
+            "SELECT",
+            _fragment(item),
+            f"column {column!r} is neither aggregated nor in GROUP BY; raw values are never released",
+        )
+    if alias and alias.casefold() != column.casefold():
+        raise UnsupportedSQLError(
+            "SELECT", _fragment(item), "a group column cannot be renamed; alias it to its own name or not at all"
+        )
+    return group_names[column.casefold()]
+
+
+def _aggregate(node: exp.Expr, qualifiers: set[str], privacy_unit: str | None) -> tuple[Aggregate, str]:
+    """The plan aggregate for one SELECT item and its default output name."""
+    fragment = _fragment(node)
+    if isinstance(node, exp.Filter):
+        raise UnsupportedSQLError(
+            "FILTER", fragment, "aggregate FILTER clauses are not supported; use WHERE (one query per filter)"
+        )
+    if isinstance(node, exp.Count):
+        return _count(node, qualifiers, privacy_unit)
+    if isinstance(node, exp.Anonymous) and node.name.upper() == "MEAN":
+        if len(node.expressions) != 1:
+            raise UnsupportedSQLError("SELECT", fragment, "MEAN takes one column")
+        return _numeric(("mean", "avg"), node.expressions[0], node, qualifiers)
+    simple = _SIMPLE_AGGREGATES.get(type(node))
+    if simple is not None:
+        return _numeric(simple, node.this, node, qualifiers)
+    if isinstance(node, exp.Median):
+        column = _argument_column(node.this, node, qualifiers)
+        return Aggregate("quantiles", column, levels=(0.5,)), f"median_{column}"
+    levels_arg = _QUANTILE_FUNCTIONS.get(type(node))
+    if levels_arg is not None:
+        extra = [k for k, v in node.args.items() if v and k not in ("this", levels_arg)]
+        if extra:
+            raise UnsupportedSQLError("SELECT", fragment, f"the options {', '.join(extra)} are not supported")
+        column = _argument_column(node.this, node, qualifiers)
+        levels = _levels(node.args.get(levels_arg), node)
+        return Aggregate("quantiles", column, levels=levels), f"quantile_{column}"
+    if isinstance(node, exp.WithinGroup):
+        return _within_group(node, qualifiers)
+    if isinstance(node, exp.AggFunc):
+        name = node.sql_name() if isinstance(node, exp.Func) else node.key.upper()
+        raise UnsupportedSQLError(
+            "SELECT", fragment, f"{name} is not a supported aggregate; supported: {SUPPORTED_AGGREGATES}"
+        )
+    if node.find(exp.AggFunc) is not None or _has_mean(node):
+        raise UnsupportedSQLError(
+            "SELECT",
+            fragment,
+            "arithmetic on aggregates and nested aggregates are not supported; compute it from the "
+            "released columns (post-processing is free; AVG is provided)",
+        )
+    raise UnsupportedSQLError(
+        "SELECT",
+        fragment,
+        f"each item must be a GROUP BY column or a supported aggregate ({SUPPORTED_AGGREGATES})",
+    )
+
+
+def _has_mean(node: exp.Expr) -> bool:
+    return any(isinstance(n, exp.Anonymous) and n.name.upper() == "MEAN" for n in node.walk())
+
+
+def _count(node: exp.Count, qualifiers: set[str], privacy_unit: str | None) -> tuple[Aggregate, str]:
+    fragment = _fragment(node)
+    argument = node.this
+    if node.expressions:
+        raise UnsupportedSQLError("SELECT", fragment, "COUNT takes * or one argument")
+    if argument is None or isinstance(argument, exp.Star):
+        return Aggregate("count"), "count"
+    argument = argument.unnest()
+    if isinstance(argument, exp.Literal) and not argument.is_string:
+        return Aggregate("count"), "count"
+    if isinstance(argument, exp.Distinct):
+        if len(argument.expressions) != 1 or argument.args.get("on") is not None:
+            raise UnsupportedSQLError("COUNT(DISTINCT ...)", fragment, "only COUNT(DISTINCT <privacy unit>)")
+        column = _plain_column(argument.expressions[0], qualifiers)
+        if privacy_unit is None:
+            raise UnsupportedSQLError(
+                "COUNT(DISTINCT ...)",
+                fragment,
+                "this session has no privacy-unit column (each row is one person); use COUNT(*)",
+            )
+        if column is None or column.casefold() != privacy_unit.casefold():
+            raise UnsupportedSQLError(
+                "COUNT(DISTINCT ...)",
+                fragment,
+                f"only COUNT(DISTINCT {privacy_unit}) (the privacy unit) is supported: distinct counts of other "
+                "columns have unbounded sensitivity (one person can add many distinct values)",
+            )
+        return Aggregate("count_distinct"), "count_distinct"
+    column = _plain_column(argument, qualifiers)
+    if column is not None:
+        raise UnsupportedSQLError(
+            "SELECT",
+            fragment,
+            f"COUNT({column}) counts non-NULL values; use COUNT(*) with WHERE {column} IS NOT NULL",
+        )
+    raise UnsupportedSQLError("SELECT", fragment, "COUNT takes * (use WHERE to count only some rows)")
+
+
+def _numeric(
+    simple: tuple[AggregateKind, str], argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]
+) -> tuple[Aggregate, str]:
+    kind, prefix = simple
+    column = _argument_column(argument, node, qualifiers)
+    return Aggregate(kind, column), f"{prefix}_{column}"
+
+
+def _function_name(node: exp.Expr) -> str:
+    if isinstance(node, exp.Anonymous):
+        return node.name.upper()
+    return node.sql_name() if isinstance(node, exp.Func) else node.key.upper()
+
+
+def _argument_column(argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]) -> str:
+    name = _function_name(node)
+    if argument is None:
+        raise UnsupportedSQLError("SELECT", _fragment(node), f"{name} needs a column")
+    argument = argument.unnest()
+    if isinstance(argument, exp.Distinct):
+        raise UnsupportedSQLError(
+            f"DISTINCT in {name}",
+            _fragment(node),
+            "DISTINCT inside an aggregate is not supported (one person could add many distinct values)",
+        )
+    column = _plain_column(argument, qualifiers)
+    if column is None:
+        raise UnsupportedSQLError(
+            "SELECT",
+            _fragment(node),
+            f"the argument of {name} must be a plain column, not an expression "
+            "(clamping bounds are declared per column)",
+        )
+    return column
+
+
+def _levels(argument: exp.Expr | None, node: exp.Expr) -> tuple[float, ...]:
+    name, fragment = _function_name(node), _fragment(node)
+    if argument is None:
+        raise UnsupportedSQLError("SELECT", fragment, f"{name} needs a quantile level, e.g. 0.5 or [0.25, 0.75]")
+    argument = argument.unnest()
+    items = argument.expressions if isinstance(argument, exp.Array) else [argument]
+    if not items:
+        raise UnsupportedSQLError("SELECT", fragment, f"{name} needs at least one quantile level")
+    levels: list[float] = []
+    for item in items:
+        value = _number(item.unnest())
+        if value is None or not 0.0 < value < 1.0:
+            raise UnsupportedSQLError(
+                "SELECT",
+                fragment,
+                f"quantile levels must be numbers strictly between 0 and 1 (a number or a list [q1, q2, ...]), "
+                f"got {_fragment(item)}",
+            )
+        levels.append(value)
+    return tuple(levels)
+
+
+def _number(node: exp.Expr) -> float | None:
+    if isinstance(node, exp.Neg):
+        inner = _number(node.this.unnest())
+        return None if inner is None else -inner
+    if isinstance(node, exp.Literal) and not node.is_string:
+        try:
+            return float(node.this)
+        except ValueError:
+            return None
+    return None
+
+
+def _within_group(node: exp.WithinGroup, qualifiers: set[str]) -> tuple[Aggregate, str]:
+    fragment = _fragment(node)
+    function, order = node.this, node.expression
+    if not isinstance(function, exp.PercentileCont | exp.PercentileDisc):
+        raise UnsupportedSQLError(
+            "WITHIN GROUP", fragment, "only PERCENTILE_CONT / PERCENTILE_DISC (q) WITHIN GROUP (ORDER BY col)"
+        )
+    if function.args.get("expression") is not None:
+        raise UnsupportedSQLError("WITHIN GROUP", fragment, f"{_function_name(function)} takes only the level(s)")
+    ordered = order.expressions if isinstance(order, exp.Order) else []
+    if len(ordered) != 1 or not isinstance(ordered[0], exp.Ordered):
+        raise UnsupportedSQLError("WITHIN GROUP", fragment, "ORDER BY exactly one column")
+    if ordered[0].args.get("desc"):
+        raise UnsupportedSQLError(
+            "WITHIN GROUP", fragment, "ORDER BY ... DESC is not supported; order ascending and use level 1 - q"
+        )
+    column = _argument_column(ordered[0].this, function, qualifiers)
+    levels = _levels(function.this, function)
+    return Aggregate("quantiles", column, levels=levels), f"quantile_{column}"

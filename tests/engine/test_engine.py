@@ -1,0 +1,307 @@
+"""The engine end to end on DuckDB: bounding is exact, errors spend nothing, budgets are exact."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit
+from dpkit import engine as E
+from dpkit._errors import BudgetExceededError, InvalidParameterError
+from dpkit.engine._compiler import compile_query, parse_request
+from dpkit.noise import InsecureSeededRandom
+
+REGIONS = ["north", "south", "east", "west"]
+
+
+def session(frame: pd.DataFrame, budget: dpkit.guarantees.Guarantee | None = None, **options) -> E.Session:
+    return E.Session.from_pandas(
+        frame, name="people", privacy_unit="person_id", budget=budget or dpkit.ApproxDP(1000, 1e-3), **options
+    )
+
+
+def exact_aggregates(s: E.Session, query: E.QueryBuilder, bounds=None, **cost):
+    request = parse_request(s.budget, **(cost or {"epsilon": 1.0}))
+    compiled = compile_query(query.plan, s._context(), request, bounds=bounds)
+    from dpkit.engine._compiler import aggregation_plan
+
+    resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
+    return compiled, s._backend.run(aggregation_plan(compiled, resolved, "salt"))
+
+
+# -- bounding is what the docs say -----------------------------------------------------------------
+
+
+def test_rows_bounding_scales_heavy_contributors_exactly():
+    frame = pd.DataFrame(
+        {
+            "person_id": [1] * 7 + [2] * 2,
+            "region": ["a"] * 9,
+            "income": [10.0, 20, 30, 40, 50, 60, 70, 100, 300],
+        }
+    )
+    s = session(frame)
+    query = s.table().group_by("region", keys=["a"]).bound(rows_per_group=5).agg(n=E.count(), t=E.sum("income"))
+    compiled, result = exact_aggregates(s, query, bounds={"income": (0, 1000)})
+    assert result.columns["rows"] == [5 + 2]
+    assert result.columns["persons"] == [2]
+    unit = compiled.moment(compiled.statistics[1], (0, 1000)).unit_scale
+    # Person 1 contributes 5 x their mean (40) = 200; person 2 contributes 400.
+    assert result.columns["m0"][0] * unit == pytest.approx(600, abs=2 * unit)
+
+
+def test_group_bounding_keeps_at_most_g_groups_per_person():
+    frame = pd.DataFrame({"person_id": [1, 1, 1, 2, 3, 3], "region": ["a", "b", "c", "a", "b", "c"]})
+    s = session(frame)
+    query = s.table().group_by("region", keys=["a", "b", "c"]).bound(groups_per_person=2).agg(n=E.count())
+    _, result = exact_aggregates(s, query)
+    assert sum(result.columns["persons"]) == 2 + 1 + 2  # person 1 keeps 2 of its 3 groups
+    assert sum(result.columns["rows"]) == 5
+
+
+def test_nan_inf_null_are_clamped_as_documented():
+    frame = pd.DataFrame(
+        {"person_id": [1, 2, 3, 4, 5], "income": [np.nan, np.inf, -np.inf, None, 50.0], "region": ["a"] * 5}
+    )
+    s = session(frame)
+    query = s.table().agg(t=E.sum("income", bounds=(10, 100)))
+    compiled, result = exact_aggregates(s, query)
+    unit = compiled.moment(compiled.statistics[0], (10, 100)).unit_scale
+    # NaN and NULL -> 0 clamped into [10, 100] = 10; +inf -> 100; -inf -> 10; 50 stays.
+    assert result.columns["m0"][0] * unit == pytest.approx(10 + 100 + 10 + 10 + 50, abs=5 * unit)
+
+
+def test_filters_and_lookup_join(people):
+    lookup = pd.DataFrame({"region": REGIONS, "country": ["N", "S", "E", "E"]})
+    s = session(people, public_tables={"regions": lookup})
+    query = (
+        s.table()
+        .join("regions", on="region")
+        .where("age >= 40")
+        .group_by("country", keys=["N", "S", "E"])
+        .bound(rows_per_group=1000)
+        .agg(n=E.count())
+    )
+    _, result = exact_aggregates(s, query)
+    truth = people[people.age >= 40].merge(lookup).groupby("country").size()
+    assert dict(zip([k[0] for k in result.keys], result.columns["rows"], strict=True)) == truth.to_dict()
+
+
+# -- releases -----------------------------------------------------------------------------------------
+
+
+def test_release_public_keys_has_every_key_and_intervals(people):
+    s = session(people)
+    query = s.table().group_by("region", keys=[*REGIONS, "nowhere"]).bound(rows_per_group=3)
+    result = query.agg(n=E.count(), mean_income=E.mean("income", bounds=(0, 2e5))).release(
+        epsilon=1.0, alpha=1e-7, rng=InsecureSeededRandom(3)
+    )
+    frame = result.to_pandas()
+    assert frame.region.tolist() == [*REGIONS, "nowhere"]
+    compiled, exact = exact_aggregates(s, query.agg(n=E.count()))
+    truth = dict(zip([k[0] for k in exact.keys], exact.columns["rows"], strict=True))
+    for _, row in frame.iterrows():
+        assert row.n_low <= truth.get(row.region, 0) <= row.n_high  # fails with probability <= 1e-7
+        assert 0 <= row.mean_income_low <= row.mean_income <= row.mean_income_high <= 2e5
+    assert (frame.n >= 0).all() and (frame.n == frame.n.round()).all()
+    assert result.contribution.rows_per_group == 3
+    assert len(result.to_arrow()) == 5 and result.to_polars().height == 5
+    assert result.to_dict()["rows"][0]["region"] == "north"
+
+
+def test_private_keys_need_delta_and_release_sorted_keys(people):
+    s = session(people)
+    query = s.table().group_by("region").bound(rows_per_group=2).agg(n=E.count())
+    before = s.remaining
+    with pytest.raises(InvalidParameterError, match="delta"):
+        query.release(epsilon=1.0)
+    assert s.remaining == before
+    result = query.release(epsilon=1.0, delta=1e-6, rng=InsecureSeededRandom(0))
+    assert result.to_pandas().region.tolist() == sorted(REGIONS)
+    assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+
+
+def test_partition_selection_threshold_meets_delta(people):
+    s = session(people)
+    query = s.table().group_by("region").bound(groups_per_person=3).agg(n=E.count())
+    compiled = compile_query(query.plan, s._context(), parse_request(s.budget, epsilon=0.7, delta=1e-7))
+    mechanism = compiled.selection_mechanism(4)
+    tau = compiled.selection_threshold(mechanism)
+    q = math.exp(-1 / mechanism.scale)
+    target = 1e-7 / 3
+    assert q ** (tau - 1) / (1 + q) <= target < q ** (tau - 2) / (1 + q)
+
+
+def test_quantiles_variance_and_histogram(people):
+    s = session(people)
+    result = (
+        s.table()
+        .bound(rows_per_group=50)
+        .agg(
+            q=E.quantiles("age", [0.25, 0.75], bounds=(0, 100)),
+            sd=E.stddev("age", bounds=(0, 100)),
+        )
+        .release(epsilon=4.0, rng=InsecureSeededRandom(1))
+    )
+    frame = result.to_pandas()
+    assert 25 <= frame.q_p25[0] <= 45 and 60 <= frame.q_p75[0] <= 80
+    assert frame.sd_low[0] <= frame.sd[0] <= frame.sd_high[0]
+    assert 10 < frame.sd[0] < 30
+    histogram = s.table().bound(rows_per_group=50).histogram("age", [0, 30, 60, 90]).release(epsilon=1.0)
+    assert histogram.to_pandas().age_bin.tolist() == ["[0, 30)", "[30, 60)", "[60, 90]"]
+
+
+def test_auto_bounds_are_charged_and_reported(people):
+    s = session(people)
+    result = s.table().agg(m=E.mean("income", bounds="auto")).release(epsilon=1.0, rng=InsecureSeededRandom(2))
+    low, high = result.bounds["income"]
+    assert low < high and math.log2(high).is_integer()
+    assert any("automatic bounds" in entry["statistic"] for entry in result.budget_split)
+
+
+def test_zcdp_and_gaussian_budgets(people):
+    s = session(people, budget=dpkit.ZCDP(1.0))
+    query = s.table().group_by("region", keys=REGIONS).agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    with pytest.raises(InvalidParameterError, match="rho"):
+        query.release(epsilon=1.0)
+    result = query.release(rho=0.25, rng=InsecureSeededRandom(0))
+    assert result.guarantee == dpkit.ZCDP(0.25)
+    assert s.remaining == dpkit.ZCDP(0.75)
+    approx = session(people)
+    gaussian = approx.table().group_by("region", keys=REGIONS).agg(n=E.count())
+    released = gaussian.release(epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(0))
+    assert released.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+    assert released.budget_split[0]["mechanism"] == "DiscreteGaussian"
+
+
+def test_accuracy_target_gives_the_smallest_epsilon_meeting_it(people):
+    s = session(people, budget=dpkit.PureDP(10))
+    query = s.table().group_by("region", keys=REGIONS).agg(n=E.count())
+    preview = query.preview(accuracy=20, alpha=0.05)
+    assert preview.statistics[0]["half_width"] <= 20
+    assert preview.guarantee.epsilon < 0.5
+    result = query.release(accuracy=20, alpha=0.05)
+    assert result.guarantee == preview.guarantee
+
+
+# -- the budget -----------------------------------------------------------------------------------
+
+
+def test_ten_tenths_exhaust_one_and_the_eleventh_is_refused(people):
+    s = session(people, budget=dpkit.PureDP(1.0))
+    query = s.table().agg(n=E.count())
+    for _ in range(10):
+        query.release(epsilon=0.1)
+    with pytest.raises(BudgetExceededError) as error:
+        query.release(epsilon=0.1)
+    assert error.value.requested == dpkit.PureDP(0.1)
+
+
+def test_preview_spends_nothing_and_predicts_the_cost(people):
+    s = session(people, budget=dpkit.PureDP(2.0))
+    query = s.table().group_by("region", keys=REGIONS).agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    preview = query.preview(epsilon=0.5)
+    assert s.remaining == dpkit.PureDP(2.0)
+    assert preview.affordable and preview.remaining_after == dpkit.PureDP(1.5)
+    assert {row["statistic"] for row in preview.statistics} == {"rows", "sum:income"}
+    assert query.release(epsilon=0.5).guarantee == preview.guarantee
+    assert not query.preview(epsilon=5.0).affordable
+
+
+@pytest.mark.parametrize(
+    ("build", "cost", "match"),
+    [
+        (lambda q: q.agg(t=E.sum("salary", bounds=(0, 1))), {"epsilon": 1}, "unknown column"),
+        (lambda q: q.agg(t=E.sum("income")), {"epsilon": 1}, "needs clamping bounds"),
+        (lambda q: q.agg(t=E.sum("region", bounds=(0, 1))), {"epsilon": 1}, "numeric"),
+        (lambda q: q.where("height > 3").agg(n=E.count()), {"epsilon": 1}, "unknown column"),
+        (lambda q: q.group_by("person_id", keys=[1]).agg(n=E.count()), {"epsilon": 1}, "privacy unit"),
+        (lambda q: q.agg(n=E.count()), {"epsilon": -1}, "epsilon"),
+        (lambda q: q.agg(n=E.count()), {"epsilon": 1, "delta": 1.5}, "delta"),
+        (lambda q: q.agg(n=E.count()), {"epsilon": 1, "colour": 2}, "unknown argument"),
+        (lambda q: q.join("secret", on="region").agg(n=E.count()), {"epsilon": 1}, "public lookup"),
+        (lambda q: q, {"epsilon": 1}, "no aggregates"),
+    ],
+)
+def test_bad_input_is_refused_before_spending(people, build, cost, match):
+    s = session(people, budget=dpkit.ApproxDP(1.0, 1e-6))
+    with pytest.raises(InvalidParameterError, match=match):
+        build(s.table()).release(**cost)
+    assert s.remaining == dpkit.ApproxDP(1.0, 1e-6)
+    assert s.ledger.entries() == ()
+
+
+def test_budget_exceeded_names_requested_and_remaining(people):
+    s = session(people, budget=dpkit.PureDP(1.0))
+    with pytest.raises(BudgetExceededError) as error:
+        s.table().agg(n=E.count()).release(epsilon=1.5)
+    assert error.value.requested == dpkit.PureDP(1.5)
+    assert s.ledger.entries() == ()
+
+
+def test_unsupported_sql_is_refused_before_spending(people):
+    s = session(people, budget=dpkit.PureDP(1.0))
+    with pytest.raises(E.UnsupportedSQLError, match="HAVING"):
+        s.sql("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 3", epsilon=1, keys=REGIONS)
+    assert s.ledger.entries() == ()
+
+
+def test_sql_and_builder_agree(people):
+    s = session(people)
+    sql = "SELECT region, COUNT(*) AS n, AVG(income) AS m FROM people WHERE age > 30 GROUP BY region"
+    from_sql = s.sql(sql, epsilon=1, keys=REGIONS, bounds={"income": (0, 1e5)}, rng=InsecureSeededRandom(5))
+    built = (
+        s.table()
+        .where("age > 30")
+        .group_by("region", keys=REGIONS)
+        .agg(n=E.count(), m=E.mean("income", bounds=(0, 1e5)))
+        .release(epsilon=1, rng=InsecureSeededRandom(5))
+    )
+    assert from_sql.columns == built.columns
+    assert s.ledger.entries()[0].description == sql
+
+
+def test_sessions_on_one_ledger_file_share_the_budget(people, tmp_path):
+    ledger = tmp_path / "budget.db"
+    first = session(people, budget=dpkit.PureDP(1.0), ledger=ledger)
+    second = E.Session.from_pandas(people, name="people", privacy_unit="person_id", ledger=ledger)
+    first.table().agg(n=E.count()).release(epsilon=0.6)
+    with pytest.raises(BudgetExceededError):
+        second.table().agg(n=E.count()).release(epsilon=0.6)
+    assert second.remaining == dpkit.PureDP(0.4)
+
+
+def test_file_sources(people, tmp_path):
+    clean = people.assign(income=people.income.where(np.isfinite(people.income)))
+    clean.to_parquet(tmp_path / "people.parquet")
+    clean.to_csv(tmp_path / "people.csv", index=False)
+    persons, rows = people.person_id.nunique(), len(people)
+    for opened, truth in (
+        (
+            E.Session.from_parquet(tmp_path / "people.parquet", privacy_unit="person_id", budget=dpkit.PureDP(1)),
+            persons,
+        ),
+        (E.Session.from_csv(tmp_path / "people.csv", privacy_unit="person_id", budget=dpkit.PureDP(1)), persons),
+        (
+            E.Session.from_arrow(__import__("pyarrow").Table.from_pandas(clean), name="people", budget=dpkit.PureDP(1)),
+            rows,
+        ),
+    ):
+        # One row per person by default: the count is the number of people (or rows without a unit).
+        result = opened.sql("SELECT COUNT(*) AS n FROM people", epsilon=0.5, alpha=1e-7, rng=InsecureSeededRandom(0))
+        assert result.columns["n_low"][0] <= truth <= result.columns["n_high"][0]
+    with pytest.raises(InvalidParameterError, match="no such file"):
+        E.Session.from_parquet(tmp_path / "missing.parquet", budget=dpkit.PureDP(1))
+    with pytest.raises(InvalidParameterError, match="privacy_unit"):
+        E.Session.from_pandas(people, privacy_unit="nobody", budget=dpkit.PureDP(1))
+
+
+def test_builder_is_immutable(people):
+    s = session(people)
+    base = s.table()
+    grouped = base.group_by("region", keys=REGIONS)
+    assert base.plan.group_by == () and grouped.plan.group_by == ("region",)
+    assert grouped.agg(n=E.count()).plan.aggregates != grouped.plan.aggregates

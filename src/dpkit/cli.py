@@ -4,7 +4,8 @@
 prints secure noise draws (useful to check an installation); ``dpkit account dpsgd
 --sampling-rate 0.0043 --noise-multiplier 1.1 --steps 14063 --delta 1e-5`` prints what every
 accountant says about a workload, side by side (``--json`` for scripts, ``--plot FILE.png`` for
-the trade-off curve).
+the trade-off curve); ``dpkit budget --ledger FILE`` prints a persistent ledger's budget, what
+was spent, what remains and every debit (``--json`` for scripts).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import math
 import sys
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -42,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     target.add_argument("--epsilon", type=float, default=None, help="report delta at this epsilon")
     account.add_argument("--json", action="store_true", help="print JSON")
     account.add_argument("--plot", metavar="FILE.png", help="draw the trade-off curve (needs matplotlib)")
+    budget = commands.add_parser("budget", help="a persistent ledger's budget, spending and debits")
+    budget.add_argument("--ledger", metavar="FILE", required=True, help="the ledger file (never created)")
+    budget.add_argument("--json", action="store_true", help="print JSON")
     commands.add_parser("risk", help="privacy at risk and the cost model (see `dpkit risk --help`)", add_help=False)
     if argv is None:
         argv = sys.argv[1:]
@@ -56,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "account":
             return _account(args)
+        if args.command == "budget":
+            return _budget(args)
         if args.command == "demo":
             from dpkit.demo import main as demo_main
 
@@ -132,6 +139,77 @@ def _account(args: argparse.Namespace) -> int:
     if args.plot:
         _plot_tradeoff(event, args.plot)
     return 0
+
+
+def _budget(args: argparse.Namespace) -> int:
+    import os
+
+    from dpkit import InvalidParameterError
+    from dpkit.engine import Ledger
+
+    if not os.path.lexists(args.ledger):  # reading a budget must never create a ledger
+        raise InvalidParameterError("--ledger", args.ledger, "must name an existing ledger file")
+    with Ledger(args.ledger) as ledger:
+        entries = ledger.entries()
+        budget, spent, remaining = ledger.budget, ledger.spent, ledger.remaining
+    if args.json:
+        report = {
+            "ledger": args.ledger,
+            "budget": _guarantee_json(budget),
+            "spent": _guarantee_json(spent),
+            "remaining": _guarantee_json(remaining),
+            "entries": [
+                {
+                    "index": entry.index,
+                    "time": entry.time,
+                    "analyst": entry.analyst,
+                    "pid": entry.pid,
+                    "cost": _guarantee_json(entry.cost),
+                    "description": entry.description,
+                }
+                for entry in entries
+            ],
+        }
+        print(json.dumps(report, indent=2))
+        return 0
+    print(f"ledger:    {args.ledger} ({budget.neighbours.value} neighbours)")
+    print(f"budget:    {_guarantee_text(budget)}")
+    print(f"spent:     {_guarantee_text(spent)}")
+    print(f"remaining: {_guarantee_text(remaining)}")
+    print(f"entries:   {len(entries)}")
+    for entry in entries:
+        description = " ".join(entry.description.split())  # one line per entry
+        print(f"  {entry.index:>5}  {entry.time}  {entry.analyst}  {_guarantee_text(entry.cost)}  {description}")
+    return 0
+
+
+def _exact_parts(guarantee: Any) -> dict[str, Fraction]:
+    from dpkit.guarantees import ZCDP, PureDP
+
+    if isinstance(guarantee, ZCDP):
+        return {"rho": guarantee.rho_exact}
+    if isinstance(guarantee, PureDP):
+        return {"epsilon": guarantee.epsilon_exact}
+    return {"epsilon": guarantee.epsilon_exact, "delta": guarantee.delta_exact}
+
+
+def _guarantee_text(guarantee: Any) -> str:
+    """``PureDP(epsilon=0.1)``; a value no float shows exactly (1/3) is written as a fraction."""
+    shown = []
+    for name, value in _exact_parts(guarantee).items():
+        as_float = float(value)
+        exact = Fraction(repr(as_float)) == value
+        shown.append(f"{name}={as_float!r}" if exact else f"{name}={value.numerator}/{value.denominator}")
+    return f"{type(guarantee).__name__}({', '.join(shown)})"
+
+
+def _guarantee_json(guarantee: Any) -> dict[str, Any]:
+    """The guarantee's kind, float values for reading, and exact "num/den" text for checking."""
+    report: dict[str, Any] = {"kind": type(guarantee).__name__, "neighbours": guarantee.neighbours.value}
+    for name, value in _exact_parts(guarantee).items():
+        report[name] = float(value)
+        report[f"{name}_exact"] = f"{value.numerator}/{value.denominator}"
+    return report
 
 
 def _plot_tradeoff(event: Any, path: str) -> None:

@@ -23,6 +23,7 @@ from dpkit.risk._sensitivity import (
     coupled_confidence,
     dkw_confidence,
     dkw_sample_size,
+    paper_coupled_confidence,
     sampled_sensitivity,
 )
 
@@ -43,6 +44,7 @@ __all__ = [
     "laplace_confidence",
     "laplace_loss_confidence",
     "laplace_risk",
+    "paper_coupled_confidence",
     "report",
     "sampled_sensitivity",
 ]

@@ -132,7 +132,7 @@ class BasicAccountant(PrivacyAccountant):
     >>> from dpkit.events import LaplaceEvent
     >>> accountant = BasicAccountant().compose(LaplaceEvent(10.0), count=10)
     >>> accountant.guarantee
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    PureDP(epsilon=1.0)
     >>> accountant.epsilon(0.0)
     1.0
     """
@@ -201,7 +201,7 @@ def parallel_composition(guarantees: Iterable[Guarantee]) -> Guarantee:
     largest delta (for zCDP, the largest rho). Every guarantee must share a neighbour relation.
 
     >>> parallel_composition([PureDP(0.5), PureDP(1.0), PureDP(0.25)])
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    PureDP(epsilon=1.0)
     >>> parallel_composition([PureDP(0.5), ApproxDP(0.2, 1e-6)]).delta
     1e-06
     """

@@ -44,7 +44,7 @@ class PrivacyFilter:
     >>> budget.try_spend(PureDPEvent(0.1))   # refused, nothing recorded
     False
     >>> budget.spent
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    PureDP(epsilon=1.0)
     """
 
     def __init__(

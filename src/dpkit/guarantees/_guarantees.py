@@ -103,6 +103,10 @@ class PureDP:
     def __hash__(self) -> int:
         return hash(("PureDP", self.epsilon_exact, self.neighbours))
 
+    def __repr__(self) -> str:
+        relation = "" if self.neighbours is NeighbourRelation.ADD_REMOVE else f", neighbours={self.neighbours}"
+        return f"PureDP(epsilon={self.epsilon!r}{relation})"
+
     def within(self, budget: Guarantee) -> bool:
         """True when this guarantee is at least as strong as ``budget`` (exact comparison)."""
         return _within(self, budget)
@@ -178,6 +182,10 @@ class ApproxDP:
     def __hash__(self) -> int:
         return hash(("ApproxDP", self.epsilon_exact, self.delta_exact, self.neighbours))
 
+    def __repr__(self) -> str:
+        relation = "" if self.neighbours is NeighbourRelation.ADD_REMOVE else f", neighbours={self.neighbours}"
+        return f"ApproxDP(epsilon={self.epsilon!r}, delta={self.delta!r}{relation})"
+
     def within(self, budget: Guarantee) -> bool:
         """True when this guarantee is at least as strong as ``budget`` (exact comparison)."""
         return _within(self, budget)
@@ -234,6 +242,10 @@ class ZCDP:
 
     def __hash__(self) -> int:
         return hash(("ZCDP", self.rho_exact, self.neighbours))
+
+    def __repr__(self) -> str:
+        relation = "" if self.neighbours is NeighbourRelation.ADD_REMOVE else f", neighbours={self.neighbours}"
+        return f"ZCDP(rho={self.rho!r}{relation})"
 
     def within(self, budget: Guarantee) -> bool:
         return _within(self, budget)

@@ -292,7 +292,7 @@ class Exponential(GridSelectionMechanism):
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = Exponential(sensitivity=1.0, epsilon=1.0, candidates=["a", "b", "c"])
     >>> mechanism.guarantee
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    PureDP(epsilon=1.0)
     >>> mechanism.release([1.0, 10.0, 2.0], rng=InsecureSeededRandom(0))
     'b'
     >>> mechanism.probabilities([1.0, 10.0, 2.0]).round(4).tolist()

@@ -95,7 +95,7 @@ class DiscreteLaplace(NumericMechanism):
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = DiscreteLaplace(sensitivity=1, epsilon=1.0)
     >>> mechanism.guarantee
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.ADD_REMOVE: 'add_remove'>)
+    PureDP(epsilon=1.0)
     >>> mechanism.release(42, rng=InsecureSeededRandom(0))
     42
     >>> mechanism.confidence_interval(0.05)

@@ -70,7 +70,7 @@ class RandomizedResponse(Mechanism):
     >>> from dpkit.noise import InsecureSeededRandom
     >>> rr = RandomizedResponse(epsilon=1.0, categories=["a", "b", "c"])
     >>> rr.guarantee
-    PureDP(epsilon=1.0, neighbours=<NeighbourRelation.REPLACE_ONE: 'replace_one'>)
+    PureDP(epsilon=1.0, neighbours=NeighbourRelation.REPLACE_ONE)
     >>> rr.release(["a", "b", "c", "a"], rng=InsecureSeededRandom(0)).tolist()
     ['c', 'b', 'c', 'a']
     >>> round(rr.estimator_variance(1000), 6)

@@ -5,7 +5,9 @@ prints secure noise draws (useful to check an installation); ``dpkit account dps
 --sampling-rate 0.0043 --noise-multiplier 1.1 --steps 14063 --delta 1e-5`` prints what every
 accountant says about a workload, side by side (``--json`` for scripts, ``--plot FILE.png`` for
 the trade-off curve); ``dpkit budget --ledger FILE`` prints a persistent ledger's budget, what
-was spent, what remains and every debit (``--json`` for scripts).
+was spent, what remains and every debit (``--json`` for scripts); ``dpkit query DATA "SQL"
+--privacy-unit COL --bounds COL=LO:HI --epsilon E [--delta D] [--ledger FILE]`` runs one private
+query over a Parquet or CSV file (see ``dpkit query --help``).
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     budget = commands.add_parser("budget", help="a persistent ledger's budget, spending and debits")
     budget.add_argument("--ledger", metavar="FILE", required=True, help="the ledger file (never created)")
     budget.add_argument("--json", action="store_true", help="print JSON")
+    from dpkit.engine._cli import add_query_parser
+
+    add_query_parser(commands)
     commands.add_parser("risk", help="privacy at risk and the cost model (see `dpkit risk --help`)", add_help=False)
     if argv is None:
         argv = sys.argv[1:]
@@ -63,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
             return _account(args)
         if args.command == "budget":
             return _budget(args)
+        if args.command == "query":
+            from dpkit.engine._cli import run_query
+
+            return run_query(args)
         if args.command == "demo":
             from dpkit.demo import main as demo_main
 

@@ -105,7 +105,13 @@ class DuckDBBackend:
 
     def __init__(self, connection: Any = None, *, threads: int | None = None) -> None:
         duckdb = _require("duckdb", "engine")
-        self._connection = connection if connection is not None else duckdb.connect(":memory:")
+        if connection is None:
+            connection = duckdb.connect(":memory:")
+            # Track progress for progress() but never print DuckDB's own bar on stdout (it would
+            # mix with the caller's output, e.g. ``dpkit query --json``).
+            connection.execute("SET enable_progress_bar = true")
+            connection.execute("SET enable_progress_bar_print = false")
+        self._connection = connection
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
 
@@ -137,6 +143,11 @@ class DuckDBBackend:
     def run(self, plan: AggregationPlan) -> AggregationResult:
         rows = self._connection.execute(render_sql(plan)).fetchall()
         return _collect(rows, plan)
+
+    def progress(self) -> float | None:
+        """Fraction done of the query running now (from another thread), or None if unknown."""
+        value = float(self._connection.query_progress())
+        return None if value < 0 else min(1.0, value / 100.0)
 
 
 class SparkBackend:
@@ -189,6 +200,17 @@ class SparkBackend:
     def run(self, plan: AggregationPlan) -> AggregationResult:
         rows = self._spark.sql(to_dialect(render_sql(plan), "spark")).collect()
         return _collect([tuple(_plain(v) for v in row) for row in rows], plan)
+
+    def progress(self) -> float | None:
+        """Fraction of the active stages' tasks completed (from another thread), or None if idle."""
+        tracker = self._spark.sparkContext.statusTracker()
+        total = done = 0
+        for stage in tracker.getActiveStageIds():
+            info = tracker.getStageInfo(stage)
+            if info is not None:
+                total += info.numTasks
+                done += info.numCompletedTasks
+        return done / total if total else None
 
 
 def _plain(value: Any) -> Any:

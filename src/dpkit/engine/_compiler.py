@@ -525,7 +525,8 @@ def compile_query(
                 "delta",
                 float(request.delta),
                 "private group keys are selected with thresholded partition selection, which needs an "
-                "(epsilon, delta) budget and delta > 0; or give the public keys (keys=...)",
+                "(epsilon, delta) budget and delta > 0, e.g. delta=1e-6 (dpkit query: --delta 1e-6); "
+                "or give the public keys (keys=...; dpkit query: --keys COL=V1,V2)",
             )
         weights.setdefault("persons", 1.0)
     if request.accuracy is not None and (selection or any(v == AUTO for v in resolved.values())):

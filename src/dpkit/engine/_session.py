@@ -340,6 +340,14 @@ class Session:
             entry_index=getattr(entry, "index", None),
         )
 
+    def progress(self) -> float | None:
+        """Fraction done of the backend query running now (call it from another thread), or None.
+
+        Used by ``dpkit query`` for its progress bar; a backend without progress reporting gives None.
+        """
+        report = getattr(self._backend, "progress", None)
+        return report() if callable(report) else None
+
     def __repr__(self) -> str:
         return (
             f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "

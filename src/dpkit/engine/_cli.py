@@ -1,0 +1,275 @@
+"""``dpkit query``: one private SQL query over a Parquet or CSV file, from the command line.
+
+    dpkit query people.parquet "SELECT region, COUNT(*), AVG(income) FROM people GROUP BY region" \\
+        --privacy-unit person_id --bounds income=0:200000 --epsilon 1 --delta 1e-6 --ledger budget.db
+
+Privacy contract: the same as :meth:`dpkit.Session.release` (the command is a thin layer over
+it): every argument is checked and the query compiled before the file is read; the ledger is
+debited before the aggregation runs; a refused or invalid query spends nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+from dpkit._errors import InvalidParameterError
+from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+
+__all__ = ["add_query_parser", "run_query"]
+
+_PARQUET = (".parquet", ".parq", ".pq")
+_CSV = (".csv", ".tsv", ".txt", ".csv.gz", ".tsv.gz")
+
+
+def add_query_parser(commands: Any) -> None:
+    """Register the ``query`` sub-command on an ``argparse`` sub-parsers object."""
+    query = commands.add_parser(
+        "query",
+        help="run one private SQL query over a Parquet or CSV file",
+        description="Run one differentially private SQL query over a Parquet or CSV file and print "
+        "the noisy answers with confidence intervals.",
+    )
+    query.add_argument("data", help="a .parquet or .csv file (the table is named by its stem, or --table)")
+    query.add_argument("sql", help='a SELECT, e.g. "SELECT region, COUNT(*) FROM people GROUP BY region"')
+    query.add_argument("--table", help="the table's name in the SQL (default: the file's stem)")
+    query.add_argument("--privacy-unit", metavar="COLUMN", help="the column that identifies a person (default: a row)")
+    query.add_argument(
+        "--bounds", metavar="COL=LO:HI", action="append", default=[], help="clamping bounds (repeatable)"
+    )
+    query.add_argument("--keys", metavar="COL=V1,V2,...", action="append", default=[], help="public group keys")
+    query.add_argument("--epsilon", type=float, help="epsilon spent by this query")
+    query.add_argument("--delta", type=float, help="delta spent (needed for private group keys)")
+    query.add_argument("--rho", type=float, help="zCDP rho spent (with a zCDP budget)")
+    query.add_argument("--accuracy", type=float, help="target half-width instead of --epsilon")
+    query.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (0.05)")
+    query.add_argument("--mechanism", choices=["auto", "laplace", "gaussian"], default="auto")
+    query.add_argument("--rows-per-group", type=int, help="at most this many rows per person and group (1)")
+    query.add_argument("--groups-per-person", type=int, help="at most this many groups per person (1)")
+    query.add_argument(
+        "--budget", metavar="SPEC", help="total budget of a new ledger: epsilon=3 | epsilon=3,delta=1e-6 | rho=0.5"
+    )
+    query.add_argument("--ledger", metavar="FILE", help="persistent budget ledger (default: this query only)")
+    query.add_argument("--analyst", help="name recorded in the ledger (default: the login name)")
+    query.add_argument("--backend", choices=["duckdb", "spark"], default="duckdb")
+    query.add_argument("--preview", action="store_true", help="show cost and expected error; spend nothing")
+    query.add_argument("--json", action="store_true", help="print JSON")
+    query.add_argument(
+        "--progress", choices=["auto", "always", "never"], default="auto", help="progress bar on stderr (auto: tty)"
+    )
+
+
+def _number(parameter: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise InvalidParameterError(parameter, text, "must be a number") from None
+
+
+def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
+    """``["income=0:200000", "age=-1:120"]`` -> ``{"income": (0.0, 200000.0), "age": (-1.0, 120.0)}``.
+
+    >>> parse_bounds(["income=0:2e5", "t=-10:40"])
+    {'income': (0.0, 200000.0), 't': (-10.0, 40.0)}
+    """
+    bounds: dict[str, tuple[float, float]] = {}
+    for item in items:
+        column, equals, interval = item.partition("=")
+        low, colon, high = interval.partition(":")
+        if not equals or not colon or not column:
+            raise InvalidParameterError("--bounds", item, "must be COLUMN=LOW:HIGH, e.g. income=0:200000")
+        bounds[column] = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
+    return bounds
+
+
+def parse_budget(spec: str) -> Guarantee:
+    """``"epsilon=3"`` -> PureDP, ``"epsilon=3,delta=1e-6"`` -> ApproxDP, ``"rho=0.5"`` -> ZCDP.
+
+    >>> parse_budget("epsilon=3,delta=1e-6")
+    ApproxDP(epsilon=3.0, delta=1e-06)
+    """
+    parts: dict[str, float] = {}
+    for item in spec.split(","):
+        name, equals, value = item.strip().partition("=")
+        if not equals or name not in ("epsilon", "delta", "rho") or name in parts:
+            raise InvalidParameterError("--budget", spec, "must be epsilon=E, epsilon=E,delta=D or rho=R")
+        parts[name] = _number("--budget", value)
+    if set(parts) == {"epsilon"}:
+        return PureDP(parts["epsilon"])
+    if set(parts) == {"epsilon", "delta"}:
+        return ApproxDP(parts["epsilon"], parts["delta"])
+    if set(parts) == {"rho"}:
+        return ZCDP(parts["rho"])
+    raise InvalidParameterError("--budget", spec, "must be epsilon=E, epsilon=E,delta=D or rho=R")
+
+
+def _default_budget(args: argparse.Namespace) -> Guarantee:
+    """The budget of a ledger created for this query alone: exactly the query's requested cost."""
+    if args.rho is not None:
+        return ZCDP(args.rho)
+    if args.epsilon is None:
+        raise InvalidParameterError("--budget", None, "is required with --accuracy (or give --epsilon)")
+    if args.delta is not None and args.delta > 0:
+        return ApproxDP(args.epsilon, args.delta)
+    return PureDP(args.epsilon)
+
+
+def _table_kind(path: str) -> str:
+    lowered = path.lower()
+    if lowered.endswith(_PARQUET):
+        return "parquet"
+    if lowered.endswith(_CSV):
+        return "csv"
+    raise InvalidParameterError("DATA", path, f"must be a Parquet ({', '.join(_PARQUET)}) or CSV file")
+
+
+def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any]] | None:
+    if not items:
+        return None
+    keys: dict[str, list[Any]] = {}
+    for item in items:
+        column, equals, values = item.partition("=")
+        if not equals or not column or not values:
+            raise InvalidParameterError("--keys", item, "must be COLUMN=V1,V2,... e.g. region=North,South")
+        info = columns.get(column)
+        if info is None:
+            raise InvalidParameterError("--keys", item, f"{column!r} is not a column; columns: {', '.join(columns)}")
+        cast: Any = int if info.integer else float if info.numeric else str
+        try:
+            keys[column] = [cast(v) for v in values.split(",")]
+        except ValueError:
+            raise InvalidParameterError("--keys", item, f"values of {column!r} must be {cast.__name__}s") from None
+    return keys
+
+
+class _ProgressBar:
+    """Draws the backend's progress on stderr from a background thread, once a query runs > 0.5 s."""
+
+    def __init__(self, session: Any, enabled: bool) -> None:
+        self._session = session
+        self._enabled = enabled
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._draw, daemon=True)
+        self._shown = False
+
+    def __enter__(self) -> _ProgressBar:
+        if self._enabled:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._enabled:
+            self._thread.join()
+        if self._shown:
+            sys.stderr.write("\r" + " " * 60 + "\r")
+            sys.stderr.flush()
+
+    def _draw(self) -> None:
+        start = time.monotonic()
+        while not self._stop.wait(0.1):
+            if time.monotonic() - start < 0.5:
+                continue
+            try:
+                fraction = self._session.progress()
+            except Exception:  # noqa: BLE001 - a progress bar must never break a query
+                return
+            elapsed = time.monotonic() - start
+            done = 0 if fraction is None else int(fraction * 30)
+            shown = "  ?%" if fraction is None else f"{fraction * 100:3.0f}%"
+            sys.stderr.write(f"\r[{'#' * done}{'.' * (30 - done)}] {shown} aggregating, {elapsed:.0f} s")
+            sys.stderr.flush()
+            self._shown = True
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item"):  # numpy scalars
+        return _json_value(value.item())
+    return value
+
+
+def run_query(args: argparse.Namespace) -> int:
+    """Run ``dpkit query`` with parsed arguments; print the result; return the exit status."""
+    from dpkit.engine._session import Session, _stem
+
+    path = os.fspath(args.data)
+    kind = _table_kind(path)
+    if not os.path.isfile(path):
+        raise InvalidParameterError("DATA", path, "must be an existing file")
+    bounds = parse_bounds(args.bounds)
+    new_ledger = args.ledger is None or not os.path.lexists(args.ledger)
+    budget = parse_budget(args.budget) if args.budget else (_default_budget(args) if new_ledger else None)
+    keys_items, sql = args.keys, args.sql
+
+    def open_session(ledger: str | None) -> Session:
+        return Session(
+            path,
+            kind,
+            name=args.table or _stem(path),
+            privacy_unit=args.privacy_unit,
+            budget=budget,
+            ledger=ledger,
+            bounds=bounds,
+            backend=args.backend,
+            analyst=args.analyst,
+        )
+
+    cost: dict[str, Any] = {
+        name: getattr(args, name) for name in ("epsilon", "delta", "rho", "accuracy") if getattr(args, name) is not None
+    }
+    cost.update(alpha=args.alpha, mechanism=args.mechanism)
+    if args.ledger is not None and new_ledger:
+        # Check the whole query against an in-memory ledger first (schema only, no rows read):
+        # a query that would be refused never leaves a new ledger file behind.
+        trial = open_session(None)
+        keys = _typed_keys(keys_items, trial.columns)
+        trial.preview(
+            sql, keys=keys, rows_per_group=args.rows_per_group, groups_per_person=args.groups_per_person, **cost
+        )
+    session = open_session(args.ledger)
+    if args.ledger is not None and new_ledger and not args.budget:
+        print(
+            f"dpkit: created ledger {args.ledger} with budget {budget} (this query's cost); "
+            "pass --budget to set a larger total",
+            file=sys.stderr,
+        )
+    contribution: dict[str, Any] = {
+        "keys": _typed_keys(keys_items, session.columns),
+        "rows_per_group": args.rows_per_group,
+        "groups_per_person": args.groups_per_person,
+    }
+    if args.preview:
+        preview = session.preview(sql, **contribution, **cost)
+        if args.json:
+            report = {
+                "guarantee": repr(preview.guarantee),
+                "affordable": preview.affordable,
+                "remaining_after": repr(preview.remaining_after),
+                "statistics": [{k: _json_value(v) for k, v in row.items()} for row in preview.statistics],
+            }
+            print(json.dumps(report, indent=2))
+        else:
+            print(preview)
+        return 0
+    show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    with _ProgressBar(session, show_progress):
+        result = session.release(sql, **contribution, **cost)
+    if args.json:
+        summary: dict[str, Any] = result.to_dict()
+        summary["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in summary["rows"]]
+        summary["remaining"] = repr(session.remaining)
+        print(json.dumps(summary, indent=2))
+    else:
+        unit = f"privacy unit {args.privacy_unit!r}" if args.privacy_unit else "privacy unit: one row"
+        print(f"{session!r}\n{unit}; {result.description}\n")
+        print(result)
+        print(f"remaining budget: {session.remaining}")
+    return 0

@@ -17,7 +17,12 @@ def test_bad_scale_is_a_clear_error(capsys):
 def test_demo_runs(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "TOTAL privacy spent" in out and "eps=1" in out
+    assert "Preview of query 1" in out and out.count("spent ApproxDP(epsilon=0.5") == 3
+    assert out.rstrip().endswith("remaining budget: ApproxDP(epsilon=0.5, delta=0.0)")
+    # "kiosk" is used by 1 person; the channel query selects keys with threshold 113 on a count of
+    # people plus DiscreteLaplace(scale 8) noise: P[1 + Z >= 113] = e^(-112/8) / (1 + e^(-1/8)) = 4.4e-7.
+    channels = out.split("3. visits per channel")[1]
+    assert "kiosk" not in channels and all(c in channels for c in ("store", "web", "app"))
 
 
 def test_account_dpsgd_side_by_side(capsys):

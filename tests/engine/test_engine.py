@@ -154,6 +154,26 @@ def test_quantiles_variance_and_histogram(people):
     assert histogram.to_pandas().age_bin.tolist() == ["[0, 30)", "[30, 60)", "[60, 90]"]
 
 
+def test_quantile_accuracy_is_stated_in_ranks(people):
+    s = session(people)
+    result = (
+        s.table()
+        .bound(rows_per_group=50)
+        .agg(m=E.median("age", bounds=(0, 100)))
+        .release(epsilon=0.5, rng=InsecureSeededRandom(3))
+    )
+    (entry,) = result.budget_split
+    # McSherry-Talwar: score within (2 sensitivity / epsilon) ln(candidates / alpha) of the best.
+    expected = 2 * entry["sensitivity"] / entry["epsilon"] * math.log(1025 / 0.05)
+    assert entry["rank_half_width"] == pytest.approx(expected, rel=1e-12)
+    assert math.isnan(result.to_pandas().m_low[0]) and "rank error <=" in str(result)
+    ages = people["age"].to_numpy()  # every person has <= 50 rows here: no row is scaled down
+    released = result.to_pandas().m[0]
+    below = np.count_nonzero(ages < released)
+    one_bin = np.count_nonzero((ages >= released - 100 / 1024) & (ages < released + 100 / 1024))
+    assert abs(below - ages.size / 2) <= entry["rank_half_width"] + one_bin
+
+
 def test_auto_bounds_are_charged_and_reported(people):
     s = session(people)
     result = s.table().agg(m=E.mean("income", bounds="auto")).release(epsilon=1.0, rng=InsecureSeededRandom(2))

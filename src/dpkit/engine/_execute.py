@@ -204,6 +204,12 @@ def _describe(
         "scale": mechanism.scale,
         "half_width": mechanism.half_width(compiled.request.alpha),
     }
+    if statistic.kind == "hist" and isinstance(mechanism, SelectionNoise):
+        # The exponential mechanism's accuracy is a statement about ranks, not values: with
+        # probability >= 1 - alpha the released split point's score is within
+        # scale * ln(candidates / alpha) of the best one (McSherry & Talwar 2007), i.e. the number of
+        # bounded rows below it is within that many rows of level * rows (plus one bin's rows).
+        entry["rank_half_width"] = mechanism.scale * math.log((QUANTILE_BINS + 1) / compiled.request.alpha)
     if compiled.request.mode == "laplace" or (compiled.selection_epsilon is not None and statistic.key == "persons"):
         entry["epsilon"] = float(share)
     else:

@@ -39,7 +39,10 @@ class Result:
     ``columns`` maps each output column to its values: the group columns, then for each
     aggregate ``name``, ``name_low`` and ``name_high``. The intervals cover the *bounded*
     statistic (after clamping and contribution bounding) with probability >= 1 - alpha each;
-    quantiles have no interval (NaN). ``guarantee`` is what the ledger was debited;
+    quantiles have no interval on their value (NaN): their accuracy is a rank statement,
+    ``rank_half_width`` in ``budget_split`` (with probability >= 1 - alpha, the number of bounded
+    rows below the released value is within that many rows of ``level * rows``, plus one bin's
+    rows; compare it with the row count to judge a quantile). ``guarantee`` is what the ledger was debited;
     ``budget_split`` shows how it was divided among the statistics.
     """
 
@@ -97,6 +100,7 @@ class Result:
         split = "; ".join(
             f"{s['statistic']}: {s['mechanism']} "
             + (f"eps={s['epsilon']:.4g}" if "epsilon" in s else f"rho={s.get('rho', 0):.4g}")
+            + (f" (rank error <= {s['rank_half_width']:,.0f} rows)" if "rank_half_width" in s else "")
             for s in self.budget_split
         )
         return (

@@ -19,6 +19,7 @@ from dpkit._errors import (
     InvalidParameterError,
     LedgerCorruptedError,
     PrivacyWarning,
+    QueryFailedError,
     UnsupportedEventError,
 )
 from dpkit.engine import Session
@@ -53,6 +54,7 @@ __all__ = [
     "InvalidParameterError",
     "Laplace",
     "LedgerCorruptedError",
+    "QueryFailedError",
     "Mechanism",
     "NeighbourRelation",
     "PermuteAndFlip",

@@ -14,6 +14,7 @@ __all__ = [
     "InvalidParameterError",
     "LedgerCorruptedError",
     "PrivacyWarning",
+    "QueryFailedError",
     "UnsupportedEventError",
 ]
 
@@ -59,3 +60,11 @@ class InternalError(DPError, RuntimeError):
 
 class PrivacyWarning(UserWarning):
     """A legal but risky privacy setting (for example epsilon > 5, or delta >= 1/n)."""
+
+
+class QueryFailedError(DPError, RuntimeError):
+    """A private query failed while running, after its cost was debited (the debit is kept).
+
+    The backend's own message is withheld: it can quote the data (a value that failed to
+    convert), and whether and how a query fails must not depend on one person's rows.
+    """

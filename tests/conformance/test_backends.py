@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from engine_fixtures import make_people
 
 import dpkit
 from dpkit import engine as E
 from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
 from dpkit.noise import InsecureSeededRandom
-from tests.engine.conftest import make_people
 
 REGIONS = ["north", "south", "east", "west"]
 

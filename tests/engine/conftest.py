@@ -2,23 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import pytest
-
-
-def make_people(rows: int = 3000, people: int = 400, seed: int = 7) -> pd.DataFrame:
-    """person_id, region (4 values), income (some NaN / inf / huge), age; people live in one region."""
-    rng = np.random.default_rng(seed)
-    person = rng.integers(0, people, rows)
-    region = np.array(["north", "south", "east", "west"], dtype=object)[person % 4]
-    income = rng.lognormal(10, 1, rows)
-    income[::97] = np.nan
-    income[5] = np.inf
-    income[6] = -np.inf
-    income[7] = 5e9
-    age = rng.integers(18, 90, rows).astype(np.int64)
-    return pd.DataFrame({"person_id": person, "region": region, "income": income, "age": age})
+from engine_fixtures import make_people
 
 
 @pytest.fixture(scope="module")

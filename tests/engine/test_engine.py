@@ -325,3 +325,24 @@ def test_builder_is_immutable(people):
     grouped = base.group_by("region", keys=REGIONS)
     assert base.plan.group_by == () and grouped.plan.group_by == ("region",)
     assert grouped.agg(n=E.count()).plan.aggregates != grouped.plan.aggregates
+
+
+def test_schema_errors_are_refused_before_the_debit(people):
+    s = session(people, budget=dpkit.PureDP(1.0))
+    for condition in ("error('boom') IS NULL", "no_such_function(age) > 1", "age > 'abc'::DATE"):
+        with pytest.raises(InvalidParameterError, match="backend cannot run it"):
+            s.table().where(condition).agg(n=E.count()).release(epsilon=0.5)
+    assert s.remaining == dpkit.PureDP(1.0) and len(s.ledger.entries()) == 0
+
+
+def test_a_failure_after_the_debit_keeps_it_and_withholds_the_backend_message(people, monkeypatch):
+    s = session(people, budget=dpkit.PureDP(1.0))
+
+    def fail(plan):
+        raise RuntimeError("Could not convert string 'alice-secret' to INT32")
+
+    monkeypatch.setattr(s._backend, "run", fail)
+    with pytest.raises(dpkit.QueryFailedError) as caught:
+        s.table().agg(n=E.count()).release(epsilon=0.25)
+    assert "alice-secret" not in str(caught.value) and "RuntimeError" in str(caught.value)
+    assert s.remaining == dpkit.PureDP(0.75)

@@ -52,7 +52,7 @@ import pytest
 
 import dpkit
 from dpkit import engine as E
-from dpkit._errors import BudgetExceededError, InternalError, InvalidParameterError
+from dpkit._errors import BudgetExceededError, InvalidParameterError
 from dpkit.audit import estimate_epsilon
 from dpkit.engine._aggregation import AggregationPlan, AggregationResult, Histogram
 from dpkit.engine._backends import DuckDBBackend
@@ -719,13 +719,6 @@ def one_row(person: int, region: str | None, kind: str | None = None, x: float |
     return {"person_id": person, "region": region, "kind": kind, "x": x, "y": 1}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_aggregation.render_sql ranks a person's groups by md5(concat(salt, COALESCE(CAST(g AS VARCHAR), "
-    "'<null>'), '|', ...)): NULL and the text '<null>' (or ('a|b', 'c') and ('a', 'b|c')) hash alike, "
-    "ROW_NUMBER breaks the tie by physical row order, so the kept groups depend on how the table is "
-    "ordered and on the other rows, not on the person alone: the sensitivity bound fails",
-)
 def test_group_choice_does_not_depend_on_row_order(tables):
     builder = E.QueryBuilder(None, "people").group_by("region", keys=[None, "<null>"]).bound(1, 1)
     compiled = compile_modes(tables, builder)["laplace"]
@@ -741,12 +734,6 @@ def test_group_choice_does_not_depend_on_row_order(tables):
     assert l1 <= compiled.sensitivity(statistic)[0], f"COUNT moved by {float(l1)} for one added person"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_compiler.CompiledQuery.sensitivity returns math.sqrt(g) * per_group rounded to nearest: for g = 3, "
-    "k = 1 it is 1.7320508075688772 < sqrt(3), so the Gaussian noise is calibrated to less than the true L2 "
-    "sensitivity (by one ulp; the rho actually spent exceeds the claim by a relative ~1e-16)",
-)
 def test_l2_sensitivity_is_rounded_up(tables):
     builder = E.QueryBuilder(None, "people").group_by("region", keys=["a", "b", "c"]).bound(1, 3)
     plan = builder.agg(n=E.count(), people=E.count_distinct()).plan
@@ -764,12 +751,6 @@ def test_l2_sensitivity_is_rounded_up(tables):
         assert l2_squared <= Fraction(noise.mechanism.sensitivity) ** 2, (statistic.key, noise.mechanism.sensitivity)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a WHERE condition that errors at run time only on one person's rows (a failing CAST, error()) makes "
-    "Session.release raise a DuckDB exception on D' and release normally on D: membership is revealed with "
-    "certainty (the error escapes after the ledger debit, in _session.Session.release -> execute)",
-)
 def test_a_filter_failing_on_one_persons_rows_does_not_reveal_them():
     condition = "CAST(CASE WHEN person_id = 777 THEN 'boom' ELSE '1' END AS INTEGER) = 1"
     base = random_base(np.random.default_rng(8))
@@ -784,12 +765,6 @@ def test_a_filter_failing_on_one_persons_rows_does_not_reveal_them():
     assert outcomes[0] == outcomes[1], outcomes
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_compiler._check_columns lets a joined public table shadow a private column (available.setdefault), "
-    "so SUM(x) with a lookup that also has x passes the compiler, the ledger is debited, and DuckDB then "
-    "raises 'Ambiguous reference to column name x': a query that fails on public schema facts spends budget",
-)
 def test_a_query_failing_on_an_ambiguous_joined_column_spends_nothing():
     lookup = pa.table({"region": ["a", "b"], "x": [1.0, 2.0]})
     session = E.Session.from_arrow(
@@ -804,24 +779,11 @@ def test_a_query_failing_on_an_ambiguous_joined_column_spends_nothing():
     assert session.remaining == dpkit.PureDP(1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=InternalError,
-    reason="_compiler._allocate normalises budget weights by as_fraction(float sum of the weights): with COUNT "
-    "and VARIANCE the float sum 1.9999999999999998 is below the exact sum, the shares add up to more than "
-    "epsilon, and verify() refuses a valid query with InternalError (fails closed: nothing is spent)",
-)
 def test_count_with_variance_compiles():
     session = budget_session(dpkit.PureDP(1.0))
     session.table().agg(n=E.count(), v=E.variance("x", bounds=(0, 10))).preview(epsilon=1.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_aggregation._key_filter keeps per-column IN lists, a superset of a non-product key list: a person's "
-    "g group slots can go to a combination that is not a key, and their rows in a key group are lost "
-    "(utility, not privacy; the docstring says the result equals filtering rows first)",
-)
 def test_non_product_public_keys_do_not_spend_group_slots_on_other_combinations(tables):
     builder = E.QueryBuilder(None, "people").group_by("region", "kind", keys=[("a", "x"), ("b", "y")]).bound(1, 1)
     compiled = compile_modes(tables, builder)["laplace"]
@@ -833,12 +795,6 @@ def test_non_product_public_keys_do_not_spend_group_slots_on_other_combinations(
     assert counts == [1] * 16
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="public keys are matched to the backend's keys by Python equality (_execute._align): keys=['1'] for "
-    "an integer column passes DuckDB's IN filter but never matches the key (1,), so a group of 1000 people "
-    "is silently released as about 0 (utility, not privacy)",
-)
 def test_public_keys_of_another_type_are_refused_or_matched():
     rows = [one_row(p, "a") | {"y": 1} for p in range(1000)]
     session = E.Session.from_arrow(arrow(rows), name="people", privacy_unit="person_id", budget=dpkit.PureDP(10))

@@ -182,9 +182,17 @@ def _key_filter(plan: AggregationPlan) -> list[str]:
     """
     if plan.keys is None:
         return [f"__g{i} IS NOT NULL" for i, g in enumerate(plan.groups) if isinstance(g, Bin)]
+    columns = [list(dict.fromkeys(key[i] for key in plan.keys)) for i in range(len(plan.groups))]
+    if len(plan.groups) > 1 and len(set(plan.keys)) < math.prod(len(values) for values in columns):
+        # Not a full product: per-column lists would also admit combinations that are not keys
+        # (and spend a person's group slots on them). Match whole tuples instead.
+        def equal(i: int, value: Any) -> str:
+            return f"__g{i} IS NULL" if value is None else f"__g{i} = {_literal(value)}"
+
+        tuples = [" AND ".join(equal(i, v) for i, v in enumerate(key)) for key in dict.fromkeys(plan.keys)]
+        return ["(" + " OR ".join(f"({t})" for t in tuples) + ")"]
     conditions = []
-    for i in range(len(plan.groups)):
-        values = list(dict.fromkeys(key[i] for key in plan.keys))
+    for i, values in enumerate(columns):
         present = [v for v in values if v is not None]
         parts = []
         if present:
@@ -230,7 +238,9 @@ def render_sql(plan: AggregationPlan) -> str:
     source = _quote(plan.table)
     for join in plan.joins:
         source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
-    conditions = [f"({w})" for w in plan.where]
+    # TRY: a condition that fails on some rows (a bad cast, an overflow) excludes those rows
+    # instead of failing the query: an error raised by one person's rows would reveal them.
+    conditions = [f"TRY({w})" for w in plan.where]
     keep = _key_filter(plan)
     having = (" HAVING " + " AND ".join(keep)) if keep else ""
     if person is not None:
@@ -267,7 +277,16 @@ def render_sql(plan: AggregationPlan) -> str:
     chosen = "__pg"
     if plan.bounds_groups:
         g = plan.groups_per_person
-        hashed = ", '|', ".join(f"COALESCE(CAST({name} AS VARCHAR), '<null>')" for name in groups) or "''"
+        # An injective text encoding of the group tuple: NULL is "n", a value is "v<length>:<text>",
+        # so no two distinct groups (NULL vs the text '<null>', ('a|b', 'c') vs ('a', 'b|c')) share
+        # an encoding. Ties of the hash are then broken by the encoding itself: the choice depends
+        # on the salt and the group values only, never on row order or threads.
+        encoded = ", ".join(
+            f"CASE WHEN {name} IS NULL THEN 'n' ELSE concat('v', CAST(length(CAST({name} AS VARCHAR)) AS VARCHAR), "
+            f"':', CAST({name} AS VARCHAR)) END"
+            for name in groups
+        )
+        encoded = f"concat({encoded})" if groups else "''"
         columns = ", ".join(
             ["__pid", *groups, "__n"] + [f"__s{i}" for i in range(len(plan.moments))] * (plan.histogram is None)
         )
@@ -277,7 +296,7 @@ def render_sql(plan: AggregationPlan) -> str:
             f"__multi AS (SELECT __pid FROM __pg GROUP BY __pid HAVING COUNT(*) > {g})",
             f"__chosen AS (SELECT {columns} FROM __pg ANTI JOIN __multi USING (__pid) "
             f"UNION ALL SELECT {columns} FROM (SELECT __pg.*, ROW_NUMBER() OVER (PARTITION BY __pg.__pid "
-            f"ORDER BY md5(concat({_literal(plan.salt)}, {hashed}))) AS __rank "
+            f"ORDER BY md5(concat({_literal(plan.salt)}, {encoded})), {encoded}) AS __rank "
             f"FROM __pg SEMI JOIN __multi USING (__pid)) AS __ranked WHERE __rank <= {g})",
         ]
         chosen = "__chosen"
@@ -301,4 +320,9 @@ def to_dialect(sql: str, dialect: str) -> str:
     """Transpile the DuckDB text to another engine's dialect (sqlglot)."""
     if dialect == "duckdb":
         return sql
-    return sqlglot.transpile(sql, read="duckdb", write=dialect)[0]
+    # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
+    # cast or an overflow gives NULL (see SparkBackend.run).
+    tree = sqlglot.parse_one(sql, read="duckdb").transform(
+        lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node
+    )
+    return tree.sql(dialect=dialect)

@@ -144,6 +144,10 @@ class DuckDBBackend:
         rows = self._connection.execute(render_sql(plan)).fetchall()
         return _collect(rows, plan)
 
+    def check(self, plan: AggregationPlan) -> None:
+        """Bind and plan ``plan`` without reading rows (EXPLAIN); raises what running it would on schema errors."""
+        self._connection.execute("EXPLAIN " + render_sql(plan)).fetchall()
+
     def progress(self) -> float | None:
         """Fraction done of the query running now (from another thread), or None if unknown."""
         value = float(self._connection.query_progress())
@@ -198,8 +202,22 @@ class SparkBackend:
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
-        rows = self._spark.sql(to_dialect(render_sql(plan), "spark")).collect()
+        # ANSI mode off for this query: a failing cast or overflow in a WHERE condition gives NULL
+        # (the row is excluded) instead of an error that one person's rows could trigger.
+        previous = self._spark.conf.get("spark.sql.ansi.enabled", None)
+        self._spark.conf.set("spark.sql.ansi.enabled", "false")
+        try:
+            rows = self._spark.sql(to_dialect(render_sql(plan), "spark")).collect()
+        finally:
+            if previous is None:
+                self._spark.conf.unset("spark.sql.ansi.enabled")
+            else:
+                self._spark.conf.set("spark.sql.ansi.enabled", previous)
         return _collect([tuple(_plain(v) for v in row) for row in rows], plan)
+
+    def check(self, plan: AggregationPlan) -> None:
+        """Analyse ``plan`` without running it (Spark plans lazily); raises on schema errors."""
+        self._spark.sql(to_dialect(render_sql(plan), "spark"))
 
     def progress(self) -> float | None:
         """Fraction of the active stages' tasks completed (from another thread), or None if idle."""

@@ -25,6 +25,7 @@ sums (:mod:`dpkit.engine._aggregation`).
 from __future__ import annotations
 
 import math
+import numbers
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -201,7 +202,7 @@ class CompiledQuery:
             moment = self.moment(statistic, bounds)
             unit = moment.unit_scale
             per_group = math.nextafter(k * moment.bound + unit * (k / 2 + 1), math.inf)
-        return (g * per_group, math.sqrt(g) * per_group)
+        return (g * per_group, _sqrt_times_up(g, per_group))
 
     def mechanism(
         self, statistic: Statistic, dimension: int, bounds: tuple[float, float] | None = None
@@ -400,6 +401,15 @@ NoiseMechanism = VectorNoise | SelectionNoise
 # -- compiling ----------------------------------------------------------------------------------
 
 
+def _sqrt_times_up(g: int, value: float) -> float:
+    """The smallest float >= sqrt(g) * value (exactly; an L2 sensitivity must never round down)."""
+    result = math.sqrt(g) * value
+    target = g * Fraction(value) ** 2
+    while Fraction(result) ** 2 < target:
+        result = math.nextafter(result, math.inf)
+    return result
+
+
 def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
     column = aggregate.column
     return {
@@ -413,8 +423,29 @@ def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
     }[aggregate.kind]
 
 
+def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
+    """Public keys must have the column's type: a key '1' never equals the integer 1 in the results."""
+    if info.integer:
+        allowed: tuple[type, ...] = (numbers.Integral,)
+    elif info.numeric:
+        allowed = (numbers.Real,)
+    elif info.type.upper() in ("VARCHAR", "STRING", "TEXT") or info.type.upper().startswith("VARCHAR"):
+        allowed = (str,)
+    else:
+        return  # dates, decimals, ...: matched by the backend's own comparison
+    for value in values:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, allowed)):
+            names = {"Integral": "int", "Real": "int or float"}.get(allowed[0].__name__, allowed[0].__name__)
+            raise InvalidParameterError(
+                "keys",
+                value,
+                f"has type {type(value).__name__}, but column {column!r} is {info.type}: use {names} keys",
+            )
+
+
 def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
     available = dict(context.columns)
+    ambiguous: dict[str, str] = {}  # column -> lookup table sharing it (not a join key)
     for join in query.joins:
         if join.table not in context.public_tables:
             raise InvalidParameterError(
@@ -427,9 +458,18 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                     "on", column, f"must be a column of both {context.table!r} and {join.table!r}"
                 )
         for name, info in lookup.items():
+            if name in available and name not in join.on:
+                ambiguous[name] = join.table
             available.setdefault(name, info)
 
     def need(column: str, what: str) -> ColumnInfo:
+        if column in ambiguous:
+            raise InvalidParameterError(
+                what,
+                column,
+                f"is a column of both {context.table!r} and the lookup table {ambiguous[column]!r}; "
+                "rename it in the lookup table",
+            )
         if column not in available:
             raise InvalidParameterError(what, column, f"unknown column; available: {', '.join(sorted(available))}")
         return available[column]
@@ -440,10 +480,12 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
 
         for reference in sqlglot.parse_one(condition, read="duckdb").find_all(exp.Column):
             need(reference.name, "where")
-    for group in query.group_by:
+    for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
         if isinstance(group, Bin) and not info.numeric:
             raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
+        if not isinstance(group, Bin) and query.keys is not None:
+            _check_key_types(group, info, [key[position] for key in query.keys])
     for name, aggregate in query.aggregates:
         if aggregate.column is not None:
             info = need(aggregate.column, name)
@@ -567,7 +609,7 @@ def _allocate(
     resolved: Mapping[str, tuple[float, float] | str],
 ) -> tuple[dict[str, Fraction], Fraction | None, Fraction, Fraction, Guarantee]:
     relation = context.budget.neighbours
-    total_weight = as_fraction(sum(s.weight for s in statistics))
+    total_weight = sum((as_fraction(s.weight) for s in statistics), Fraction(0))  # exact: shares sum to 1
     if request.accuracy is not None:
         shares = _accuracy_shares(statistics, query, request, contribution, groups_bound, resolved)
         epsilon = sum(shares.values(), Fraction(0))

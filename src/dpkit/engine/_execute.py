@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from dpkit._errors import InternalError
+from dpkit._errors import InternalError, InvalidParameterError
 from dpkit.engine._aggregation import AggregationResult, Histogram
 from dpkit.engine._backends import Backend
 from dpkit.engine._compiler import (
@@ -91,6 +91,32 @@ def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) 
     index = {key: i for i, key in enumerate(result.keys)}
     values = result.columns[column]
     return [values[index[key]] if key in index else 0 for key in keys]
+
+
+def dry_run(compiled: CompiledQuery, backend: Backend) -> None:
+    """Have the backend bind and plan every query of ``compiled`` without reading rows.
+
+    Called before the ledger is debited: an error that depends only on the schema (an unknown
+    function, a type mismatch in a WHERE condition, a volatile function inside it) then refuses
+    the query with nothing spent. Automatic bounds are replaced by placeholders (same SQL shape).
+    """
+    check = getattr(backend, "check", None)
+    if not callable(check):
+        return
+    bounds = {column: (value if isinstance(value, tuple) else (0.0, 1.0)) for column, value in compiled.bounds.items()}
+    plans = [aggregation_plan(compiled, bounds, "dry-run")]
+    plans += [
+        histogram_plan(compiled, s, bounds.get(s.column or "") if s.kind == "hist" else None, "dry-run")
+        for s in compiled.statistics
+        if s.kind in ("hist", "auto")
+    ]
+    for plan in plans:
+        try:
+            check(plan)
+        except Exception as error:  # noqa: BLE001 - any engine's binder error
+            raise InvalidParameterError(
+                "query", compiled.query.describe(), f"the {backend.name} backend cannot run it: {error}"
+            ) from None
 
 
 def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Released:

@@ -26,11 +26,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from dpkit._errors import InvalidParameterError
+from dpkit._errors import DPError, InvalidParameterError, QueryFailedError
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
-from dpkit.engine._execute import combine, execute, postprocess
+from dpkit.engine._execute import combine, dry_run, execute, postprocess
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair
 from dpkit.engine._result import Preview, Result
@@ -325,9 +325,19 @@ class Session:
         compiled = self._compile(query, dict(cost))
         source = resolve_source(rng)
         compiled.verify()  # re-check the privacy claim before spending (a failure is our bug)
+        dry_run(compiled, self._backend)  # schema errors refuse the query before anything is spent
         with self._lock:
             entry = self._ledger.reserve(compiled.cost, description=compiled.query.describe(), analyst=self._analyst)
-        released = execute(compiled, self._backend, source)
+        try:
+            released = execute(compiled, self._backend, source)
+        except DPError:
+            raise
+        except Exception as error:  # noqa: BLE001 - withheld: the text can quote data
+            raise QueryFailedError(
+                f"the query failed on the {self._backend.name} backend after its cost {compiled.cost} was debited "
+                f"(ledger entry {getattr(entry, 'index', None)}); the backend's {type(error).__name__} message is "
+                "withheld because it can quote the data"
+            ) from None
         columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
         return Result(
             columns=columns,

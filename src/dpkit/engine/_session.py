@@ -69,6 +69,21 @@ class Session:
     backend runs or any noise is drawn; a refused or invalid query spends nothing; the
     released values are differentially private with respect to adding or removing one person
     (all rows with one ``privacy_unit`` value) under the stated cost.
+
+    >>> import dpkit
+    >>> from dpkit import engine as E
+    >>> from dpkit.datasets import REGIONS, visits
+    >>> session = Session.from_pandas(visits(), name="visits", privacy_unit="person_id",
+    ...                               budget=dpkit.PureDP(1.0), bounds={"spend": (0, 200)})
+    >>> query = session.table().group_by("region", keys=list(REGIONS)).agg(n=E.count(), avg=E.mean("spend"))
+    >>> result = session.release(query, epsilon=0.5)
+    >>> list(result.to_pandas().columns)
+    ['region', 'n', 'n_low', 'n_high', 'avg', 'avg_low', 'avg_high']
+    >>> session.remaining
+    PureDP(epsilon=0.5)
+    >>> session.sql("SELECT COUNT(*) AS n FROM visits", epsilon=0.6)
+    Traceback (most recent call last):
+    dpkit._errors.BudgetExceededError: ...
     """
 
     def __init__(

@@ -49,8 +49,19 @@ def test_rows_bounding_scales_heavy_contributors_exactly():
     assert result.columns["rows"] == [5 + 2]
     assert result.columns["persons"] == [2]
     unit = compiled.moment(compiled.statistics[1], (0, 1000)).unit_scale
-    # Person 1 contributes 5 x their mean (40) = 200; person 2 contributes 400.
-    assert result.columns["m0"][0] * unit == pytest.approx(600, abs=2 * unit)
+    # SUM caps a heavy person's total at 5 x 1000: person 1's 280 is kept whole; person 2: 400.
+    assert result.columns["m0"][0] * unit == pytest.approx(680, abs=2 * unit)
+    compiled, result = exact_aggregates(s, query, bounds={"income": (0, 40)})
+    unit = compiled.moment(compiled.statistics[1], (0, 40)).unit_scale
+    # Rows clamp to 10, 20, 30, 40, 40, 40, 40 = 220 > 5 x 40: person 1 adds 200; person 2 adds 80.
+    assert result.columns["m0"][0] * unit == pytest.approx(280, abs=2 * unit)
+    mean_query = s.table().group_by("region", keys=["a"]).bound(rows_per_group=5).agg(m=E.mean("income"))
+    compiled, result = exact_aggregates(s, mean_query, bounds={"income": (0, 1000)})
+    csum = compiled.moment(compiled.statistics[1], (0, 1000))
+    # A mean keeps the k / n scaling (it matches the row count 5): person 1 adds 5 x (40 - 500).
+    assert result.columns["m0"][0] * csum.unit_scale == pytest.approx(
+        5 * (40 - 500) + (100 - 500) + (300 - 500), abs=2 * csum.unit_scale
+    )
 
 
 def test_group_bounding_keeps_at_most_g_groups_per_person():

@@ -58,6 +58,12 @@ class Moment:
     power: int
     fill: float
     offset: float = 0.0
+    #: Bound a heavy person's total, not their rows: the sum of a person with n > k rows in a
+    #: group is clamped to [k * min(row low, 0), k * max(row high, 0)] (in units) instead of scaled
+    #: by k / n. Same sensitivity (one person still moves the sum by at most k row bounds), and
+    #: nothing is discarded from a person whose total is already within it. Used for SUM; the
+    #: moments of a mean or a variance keep the k / n scaling, which matches their row count.
+    cap_total: bool = False
 
     @property
     def bound(self) -> float:
@@ -75,6 +81,20 @@ class Moment:
     @property
     def unit(self) -> int:
         return unit_exponent(self.bound)
+
+    def total_caps(self, k: int) -> tuple[int, int]:
+        """The integer range a person's per-group total is clamped to when ``cap_total``.
+
+        One row's value in units is ``ROUND(clamp(x) / 2^unit)`` (half away from zero, in DuckDB
+        and Spark alike), between the rounded ends of the bounds; k such rows stay within
+        ``k`` times those ends (and 0, which a person with fewer rows can also reach).
+        """
+
+        def rounded(x: float) -> int:
+            return int(math.copysign(math.floor(abs(x) + 0.5), x))
+
+        low, high = rounded(self.low / self.unit_scale), rounded(self.high / self.unit_scale)
+        return k * min(low, 0), k * max(high, 0)
 
     @property
     def unit_scale(self) -> float:
@@ -302,8 +322,12 @@ def render_sql(plan: AggregationPlan) -> str:
         chosen = "__chosen"
     if plan.histogram is None:
         outputs = [*groups, f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
-        for i in range(len(plan.moments)):
-            scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT) END)"
+        for i, moment in enumerate(plan.moments):
+            if moment.cap_total and moment.power == 1 and not moment.shift and not moment.offset:
+                low_cap, high_cap = moment.total_caps(k)
+                scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE LEAST(GREATEST(__s{i}, {low_cap}), {high_cap}) END)"
+            else:
+                scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT) END)"
             outputs.append(f"CAST(SUM({scaled}) AS DECIMAL(38, 0)) AS m{i}")
         grouping = f" GROUP BY {group_list}" if groups else ""
         return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM {chosen}{grouping}"

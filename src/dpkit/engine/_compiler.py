@@ -19,7 +19,9 @@ histogram          k + bins 2^-21 (score units)    one EM per group at eps / g
 =================  ==============================  =====================
 
 where B bounds one row's (shifted, clamped) value and u = 2^e is the integer unit of the exact
-sums (:mod:`dpkit.engine._aggregation`).
+sums (:mod:`dpkit.engine._aggregation`). A person with n > k rows in a group adds min(n, k) to
+COUNT; to SUM, their total clamped to k times the row bounds (``Moment.cap_total``); to the
+moments of a mean or variance, their sum scaled by k / n. Each stays within the table above.
 """
 
 from __future__ import annotations
@@ -180,7 +182,7 @@ class CompiledQuery:
         fill = min(max(0.0, low), high)
         column = statistic.column or ""
         if statistic.kind == "sum":
-            return Moment(statistic.key, column, low, high, 0.0, 1, fill)
+            return Moment(statistic.key, column, low, high, 0.0, 1, fill, cap_total=True)
         if statistic.kind == "csum":
             return Moment(statistic.key, column, low, high, mid, 1, fill)
         reach = (high - low) / 2

@@ -252,7 +252,10 @@ def render_sql(plan: AggregationPlan) -> str:
         powered = shifted if moment.power == 1 else f"({shifted} * {shifted})"
         if moment.offset:
             powered = f"({powered} - {_literal(moment.offset)})"
-        select.append(f"CAST(ROUND({powered} / {_literal(moment.unit_scale)}) AS BIGINT) AS __v{i}")
+        # An integer number of units, kept as a DOUBLE: one row is at most 2^30 units, so a
+        # person's sum in a group is exact in double precision up to 2^23 rows, and a DOUBLE
+        # sum keeps DuckDB's per-person hash table much lighter than a 128-bit integer sum.
+        select.append(f"ROUND({powered} / {_literal(moment.unit_scale)}) AS __v{i}")
     if plan.histogram is not None:
         select.append(f"{_bin_expression(plan.histogram)} AS __b")
     source = _quote(plan.table)
@@ -273,7 +276,7 @@ def render_sql(plan: AggregationPlan) -> str:
     if person is None:
         # One row per person: every weight is 1 and each row is in one group.
         outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons"]
-        outputs += [f"CAST(SUM(__v{i}) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        outputs += [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
         by = groups[:]
         if plan.histogram is not None:
             outputs = [*groups, "__b", f"COUNT(*) * {2**Histogram.WEIGHT_BITS} AS w"]
@@ -325,9 +328,11 @@ def render_sql(plan: AggregationPlan) -> str:
         for i, moment in enumerate(plan.moments):
             if moment.cap_total and moment.power == 1 and not moment.shift and not moment.offset:
                 low_cap, high_cap = moment.total_caps(k)
-                scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE LEAST(GREATEST(__s{i}, {low_cap}), {high_cap}) END)"
+                capped = f"CAST(LEAST(GREATEST(__s{i}, {low_cap}.0), {high_cap}.0) AS BIGINT)"
+                scaled = f"(CASE WHEN __n <= {k} THEN CAST(__s{i} AS BIGINT) ELSE {capped} END)"
             else:
-                scaled = f"(CASE WHEN __n <= {k} THEN __s{i} ELSE CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT) END)"
+                shrunk = f"CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT)"
+                scaled = f"(CASE WHEN __n <= {k} THEN CAST(__s{i} AS BIGINT) ELSE {shrunk} END)"
             outputs.append(f"CAST(SUM({scaled}) AS DECIMAL(38, 0)) AS m{i}")
         grouping = f" GROUP BY {group_list}" if groups else ""
         return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM {chosen}{grouping}"

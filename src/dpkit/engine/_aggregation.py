@@ -141,6 +141,17 @@ class AggregationPlan:
         return tuple(g.name if isinstance(g, Bin) else g for g in self.groups)
 
     @property
+    def indexed_keys(self) -> bool:
+        """Whether the public keys are matched by a join and grouped by their index (see render_sql).
+
+        Needs a person column (the row-level path groups directly) and, for every group column, a
+        key value that is not NULL (it fixes the type of the key list's column).
+        """
+        if self.person is None or not self.groups or not self.keys:
+            return False
+        return all(any(key[i] is not None for key in self.keys) for i in range(len(self.groups)))
+
+    @property
     def bounds_groups(self) -> bool:
         """Whether some person could be in more groups than allowed (needs the ranking step)."""
         if self.person is None or not self.groups:
@@ -284,6 +295,22 @@ def render_sql(plan: AggregationPlan) -> str:
         grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
         return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
 
+    if plan.indexed_keys:
+        # Public keys: join the rows to the (small) key list and group by the key's index, an
+        # integer: the join is also the key filter (whole tuples, NULL keys included), and the
+        # per-person hash aggregation is much cheaper on (person, integer) than on text keys.
+        literals = ", ".join(
+            "(" + ", ".join([*(_literal(v) for v in key), str(index)]) + ")"
+            for index, key in enumerate(plan.keys or ())
+        )
+        names = ", ".join([*(f"__k{i}" for i in range(len(groups))), "__ki"])
+        match = " AND ".join(f"__raw.{name} IS NOT DISTINCT FROM __kv.__k{i}" for i, name in enumerate(groups))
+        carried = ["__raw.__pid", "__kv.__ki"] + [f"__raw.__v{i}" for i in range(len(plan.moments))]
+        carried += ["__raw.__b"] if plan.histogram is not None else []
+        base = (
+            f"SELECT {', '.join(carried)} FROM ({base}) AS __raw JOIN (VALUES {literals}) AS __kv({names}) ON {match}"
+        )
+        groups, group_list, having = ["__ki"], "__ki", ""
     pg_key = ", ".join(["__pid", *groups])
     if plan.histogram is None:
         sums = "".join(f", SUM(__v{i}) AS __s{i}" for i in range(len(plan.moments)))

@@ -34,6 +34,7 @@ import csv
 from pathlib import Path
 
 import mpmath
+from make_privacy_at_risk_reference import g  # the same closed form (formulae.py::integral), one copy
 
 DIMENSIONS = (1, 3, 8)
 EPSILON0S = ("0.5", "1", "2")
@@ -42,18 +43,6 @@ ALPHAS = ("0.9", "0.99")
 FRACTIONS = ("0.05", "0.25", "0.5", "0.9", "1", "1.5")
 FIGURE_3_SAMPLE_SIZES = (10_000, 15_000, 20_000, 25_000)
 FIGURE_3_EPSILONS = ("0.1", "0.5", "0.9", "1")
-
-
-def _regularised_1f2(a: mpmath.mpf, b1: mpmath.mpf, b2: mpmath.mpf, z: mpmath.mpf) -> mpmath.mpf:
-    return mpmath.hyp1f2(a, b1, b2, z) / (mpmath.gamma(b1) * mpmath.gamma(b2))
-
-
-def g(x: mpmath.mpf, k: int) -> mpmath.mpf:
-    z = x * x / 4
-    half = mpmath.mpf(1) / 2
-    first = mpmath.sqrt(mpmath.pi) * mpmath.mpf(4) ** k * x * _regularised_1f2(half, 3 * half - k, 3 * half, z)
-    second = 2 * x ** (2 * k) * mpmath.gamma(k) * _regularised_1f2(mpmath.mpf(k), k + half, k + 1, z)
-    return first - second
 
 
 def gamma_3(epsilon: str, epsilon0: str, sensitivity: str, rho: str, alpha: str, k: int, digits: int) -> mpmath.mpf:

@@ -720,62 +720,53 @@ def _accuracy_shares(
     return shares
 
 
+def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:
+    """The backend plan of ``compiled``'s query and contribution limits, with ``fields`` replaced."""
+    query = compiled.query
+    base: dict[str, Any] = {
+        "table": query.table,
+        "joins": query.joins,
+        "where": query.where,
+        "groups": query.group_by,
+        "keys": query.keys,
+        "person": compiled.person,
+        "rows_per_group": compiled.contribution.rows_per_group,
+        "groups_per_person": compiled.contribution.groups_per_person,
+        "salt": salt,
+    }
+    return AggregationPlan(**(base | fields))
+
+
 def aggregation_plan(compiled: CompiledQuery, bounds: Mapping[str, tuple[float, float]], salt: str) -> AggregationPlan:
     """The backend plan for all moment statistics of ``compiled`` (rows and persons always come along)."""
-    query = compiled.query
     moments = tuple(
         compiled.moment(s, bounds[s.column or ""]) for s in compiled.statistics if s.kind in ("sum", "csum", "csq")
     )
-    return AggregationPlan(
-        table=query.table,
-        joins=query.joins,
-        where=query.where,
-        groups=query.group_by,
-        keys=query.keys,
-        person=compiled.person,
-        rows_per_group=compiled.contribution.rows_per_group,
-        groups_per_person=compiled.contribution.groups_per_person,
-        moments=moments,
-        salt=salt,
-    )
+    return _plan(compiled, salt, moments=moments)
 
 
 def histogram_plan(
     compiled: CompiledQuery, statistic: Statistic, bounds: tuple[float, float] | None, salt: str
 ) -> AggregationPlan:
     """The backend plan of a quantile histogram (``hist``) or of automatic bounds (``auto``, ungrouped)."""
-    query = compiled.query
     column = statistic.column or ""
     if statistic.kind == "auto":
         histogram = Histogram(statistic.key, column, 0.0, 1.0, 2 * _LOG2_BINS + 1, 0.0, log2=True)
-        return AggregationPlan(
-            table=query.table,
-            joins=query.joins,
-            where=query.where,
+        limits = compiled.contribution
+        return _plan(
+            compiled,
+            salt,
             groups=(),
             keys=None,
-            person=compiled.person,
-            rows_per_group=compiled.contribution.rows_per_group * compiled.contribution.groups_per_person,
+            rows_per_group=limits.rows_per_group * limits.groups_per_person,
             groups_per_person=1,
             histogram=histogram,
-            salt=salt,
         )
     if bounds is None:  # pragma: no cover - guarded by callers
         raise InternalError("histogram needs bounds")
     low, high = bounds
     histogram = Histogram(statistic.key, column, low, high, QUANTILE_BINS, min(max(0.0, low), high))
-    return AggregationPlan(
-        table=query.table,
-        joins=query.joins,
-        where=query.where,
-        groups=query.group_by,
-        keys=query.keys,
-        person=compiled.person,
-        rows_per_group=compiled.contribution.rows_per_group,
-        groups_per_person=compiled.contribution.groups_per_person,
-        histogram=histogram,
-        salt=salt,
-    )
+    return _plan(compiled, salt, histogram=histogram)
 
 
 def log2_candidates() -> tuple[list[int], list[float]]:

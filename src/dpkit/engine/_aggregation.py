@@ -7,17 +7,23 @@ person ORDER BY random()) <= k``):
    the person's values in that group (a hash aggregation);
 2. bound groups per person: people in more than g groups keep g of them, ranked by a keyed
    hash of the group (a secret salt per release); only those people are ranked at all;
-3. bound rows: a person with n > k rows in a group contributes k / n of their sums (and k to
-   the count). Their contribution is still at most k rows' worth of clamped values, so the
-   sensitivity is the same as keeping k rows, but no row is discarded: the released sum is
-   k times the person's mean instead of the sum of k random rows (same expectation, no
-   sampling variance).
+3. bound rows: a person with n > k rows in a group adds k to the count. To a SUM they add
+   their total, clamped to k times the row bounds (``Moment.cap_total``): at most k rows'
+   worth of clamped values, so the sensitivity is the same as keeping k rows, but nothing is
+   discarded from a person whose total already fits. To the moments of a mean or a variance
+   they add k / n of their sums (k times their mean: the same expectation as k random rows,
+   without the sampling variance), which matches the k rows they count for.
+
+Public keys are matched by a join to the key list and grouped by the key's integer index (the
+join is also the key filter); private keys are grouped by value.
 
 Exactness: values are clamped, then converted to integers in a public unit ``2^e`` (the unit
-chosen from the bounds alone), so every sum is an exact integer sum (DuckDB HUGEINT, Spark
-DECIMAL(38)); the k / n scaling is rounded to an integer per person, which moves a person's
-contribution by at most one unit (counted in the sensitivity). Sums are therefore identical on
-every backend and free of floating-point accumulation effects.
+chosen from the bounds alone, at most 2^30 units per row). A person's sum in a group is kept as
+an integer-valued DOUBLE, exact up to 2^23 rows per person and group; after bounding, the
+per-group sums are exact integer sums (DECIMAL(38)). The k / n scaling is rounded to an integer
+per person, which moves a person's contribution by at most one unit (counted in the
+sensitivity). Sums are therefore identical on every backend and free of floating-point
+accumulation effects.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ accumulation effects.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -156,6 +157,21 @@ class AggregationPlan:
         if self.person is None or not self.groups or not self.keys:
             return False
         return all(any(key[i] is not None for key in self.keys) for i in range(len(self.groups)))
+
+    @property
+    def key_order(self) -> tuple[tuple[Any, ...], ...]:
+        """The distinct public keys in a salted pseudo-random order; the indexed path groups by rank.
+
+        A person in more than g key groups keeps the g of lowest rank. The order depends on the
+        salt (secret, fresh per release) and the keys only, never on the data; computing it here
+        keeps the hash out of the SQL, so the engines only compare small integers.
+        """
+
+        def rank(key: tuple[Any, ...]) -> bytes:
+            encoded = "".join("n" if v is None else f"v{len(repr(v))}:{v!r}" for v in key)
+            return hashlib.sha256(f"{self.salt}|{encoded}".encode()).digest()
+
+        return tuple(sorted(dict.fromkeys(self.keys or ()), key=lambda key: (rank(key), repr(key))))
 
     @property
     def bounds_groups(self) -> bool:
@@ -306,8 +322,7 @@ def render_sql(plan: AggregationPlan) -> str:
         # integer: the join is also the key filter (whole tuples, NULL keys included), and the
         # per-person hash aggregation is much cheaper on (person, integer) than on text keys.
         literals = ", ".join(
-            "(" + ", ".join([*(_literal(v) for v in key), str(index)]) + ")"
-            for index, key in enumerate(plan.keys or ())
+            "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
         )
         names = ", ".join([*(f"__k{i}" for i in range(len(groups))), "__ki"])
         match = " AND ".join(f"__raw.{name} IS NOT DISTINCT FROM __kv.__k{i}" for i, name in enumerate(groups))
@@ -331,7 +346,15 @@ def render_sql(plan: AggregationPlan) -> str:
             f"__pg AS (SELECT {pg_key}, SUM(__c) AS __n FROM __pgb GROUP BY {pg_key})",
         ]
     chosen = "__pg"
-    if plan.bounds_groups:
+    if plan.bounds_groups and plan.indexed_keys and plan.groups_per_person == 1:
+        # One group per person, keys ranked by the salted order: each person keeps the group of
+        # lowest rank, found in one aggregation per person (no window, no join, no second pass).
+        kept = ["__pid", "MIN(__ki) AS __ki", "arg_min(__n, __ki) AS __n"]
+        if plan.histogram is None:
+            kept += [f"arg_min(__s{i}, __ki) AS __s{i}" for i in range(len(plan.moments))]
+        ctes.append(f"__chosen AS (SELECT {', '.join(kept)} FROM __pg GROUP BY __pid)")
+        chosen = "__chosen"
+    elif plan.bounds_groups:
         g = plan.groups_per_person
         # An injective text encoding of the group tuple: NULL is "n", a value is "v<length>:<text>",
         # so no two distinct groups (NULL vs the text '<null>', ('a|b', 'c') vs ('a', 'b|c')) share

@@ -19,8 +19,8 @@ def test_demo_runs(capsys):
     out = capsys.readouterr().out
     assert "Preview of query 1" in out and out.count("spent ApproxDP(epsilon=0.5") == 3
     assert out.rstrip().endswith("remaining budget: ApproxDP(epsilon=0.5, delta=0.0)")
-    # "kiosk" is used by 1 person; the channel query selects keys with threshold 113 on a count of
-    # people plus DiscreteLaplace(scale 8) noise: P[1 + Z >= 113] = e^(-112/8) / (1 + e^(-1/8)) = 4.4e-7.
+    # "kiosk" is used by 1 person (<= 5 bounded rows); the channel query keeps a key when its noisy
+    # row count (DiscreteLaplace, scale 20) reaches 282: P[5 + Z >= 282] = e^(-277/20) / (1 + e^(-1/20)) = 5.0e-7.
     channels = out.split("3. visits per channel")[1]
     assert "kiosk" not in channels and all(c in channels for c in ("store", "web", "app"))
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -357,3 +358,30 @@ def test_a_failure_after_the_debit_keeps_it_and_withholds_the_backend_message(pe
         s.table().agg(n=E.count()).release(epsilon=0.25)
     assert "alice-secret" not in str(caught.value) and "RuntimeError" in str(caught.value)
     assert s.remaining == dpkit.PureDP(0.75)
+
+
+def test_private_keys_threshold_the_released_count_when_there_is_one(people):
+    """Laplace mode, COUNT and SUM with private keys: the noisy COUNT selects the keys (no persons share)."""
+    s = session(people, budget=dpkit.ApproxDP(1.0, 1e-6))
+    query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2)
+    query = query.agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    compiled = compile_query(query.plan, s._context(), parse_request(s.budget, epsilon=1.0, delta=1e-6))
+    assert compiled.selection_key == "rows" and "persons" not in compiled.shares
+    assert compiled.shares["rows"] == compiled.selection_epsilon == Fraction(1, 2)
+    mechanism = compiled.selection_mechanism(4)
+    assert mechanism.sensitivity == 2 * 3 and mechanism.scale == pytest.approx(12)  # g k / epsilon
+    # A group only the new person is in gets at most k = 3 rows; it is released with probability
+    # P[3 + Z >= tau] <= delta / g, and tau is the smallest such threshold.
+    tau = compiled.selection_threshold(mechanism)
+    q = math.exp(-1 / mechanism.scale)
+    assert q ** (tau - 3) / (1 + q) <= 1e-6 / 2 < q ** (tau - 4) / (1 + q)
+    result = s.release(query, epsilon=1.0, delta=1e-6, rng=InsecureSeededRandom(4))
+    assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+    assert [entry["statistic"] for entry in result.budget_split][0] == "count of rows + partition selection"
+    frame = result.to_pandas()
+    assert sorted(frame.region) == sorted(REGIONS)  # every region has hundreds of rows, tau < 80
+    assert (frame.n_low <= frame.n).all() and (frame.n <= frame.n_high).all()
+    # With COUNT(DISTINCT person) requested, its noisy person count selects instead (free as well).
+    distinct = s.table().group_by("region").agg(people=E.count_distinct(), n=E.count())
+    compiled = compile_query(distinct.plan, s._context(), parse_request(s.budget, epsilon=1.0, delta=1e-6))
+    assert compiled.selection_key == "persons"

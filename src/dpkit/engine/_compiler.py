@@ -162,6 +162,9 @@ class CompiledQuery:
     gaussian_delta: Fraction  # delta used to convert the zCDP part to (eps, delta)
     cost: Guarantee
     split: tuple[tuple[str, str, str], ...] = field(default=())  # (statistic, mechanism, share) for display
+    #: The statistic whose noisy values select private keys: "rows" (the released COUNT itself,
+    #: Laplace mode: no budget share of its own) or "persons" (a count of people).
+    selection_key: str = "persons"
 
     @property
     def public_keys(self) -> bool:
@@ -242,24 +245,33 @@ class CompiledQuery:
                 levels.extend(aggregate.levels)
         return tuple(levels)
 
+    @property
+    def selection_base(self) -> int:
+        """The most one person adds to one group's selection count (k rows, or 1 person)."""
+        return self.contribution.rows_per_group if self.selection_key == "rows" else 1
+
     def selection_mechanism(self, dimension: int) -> DiscreteLaplace:
-        """Noise on the per-group person counts used to select private keys."""
+        """Noise on the per-group counts (rows or persons, ``selection_key``) that select private keys."""
         if self.selection_epsilon is None:  # pragma: no cover - guarded by callers
             raise InternalError("no partition selection in this query")
+        sensitivity = self.groups_bound * self.selection_base
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyWarning)
-            return DiscreteLaplace(self.groups_bound, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
+            return DiscreteLaplace(sensitivity, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
 
     def selection_threshold(self, mechanism: DiscreteLaplace) -> int:
-        """Smallest tau with P[1 + Z >= tau] <= delta / g for Z the selection noise (Korolova et al. 2009).
+        """Smallest tau with P[b + Z >= tau] <= delta / g for Z the selection noise (Korolova et al. 2009).
 
-        A person alone in a group makes it appear; with at most g such groups per person the
-        chance that any of them is released is at most delta. P[Z >= m] = q^m / (1 + q) for m >= 1.
+        b = :attr:`selection_base`: a person alone in a group adds at most b to its count and
+        makes it appear; with at most g such groups per person the chance that any of them is
+        released is at most delta. P[Z >= m] = q^m / (1 + q) for m >= 1. On the groups present
+        in both neighbours, the noise is calibrated to the count's full sensitivity (g b).
         """
         q = math.exp(-1.0 / mechanism.scale)
+        base = self.selection_base
         target = float(self.selection_delta) / self.groups_bound * (1 - 1e-9)
-        tau = 1 + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
-        while q ** (tau - 1) / (1 + q) > target:
+        tau = base + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
+        while q ** (tau - base) / (1 + q) > target:
             tau += 1
         return tau
 
@@ -270,7 +282,7 @@ class CompiledQuery:
         pure = Fraction(0)
         rho = Fraction(0)
         for statistic in self.statistics:
-            if statistic.key == "persons" and self.selection_epsilon is not None:
+            if statistic.key == self.selection_key and self.selection_epsilon is not None:
                 continue
             column_bounds = None
             if statistic.kind in ("sum", "csum", "csq"):
@@ -563,6 +575,7 @@ def compile_query(
         if value == AUTO:
             weights[f"auto:{column}"] = 1.0
     selection = not query.public_keys
+    selection_key = "persons"
     if selection:
         if isinstance(context.budget, ZCDP) or request.delta == 0:
             raise InvalidParameterError(
@@ -572,7 +585,10 @@ def compile_query(
                 "(epsilon, delta) budget and delta > 0, e.g. delta=1e-6 (dpkit query: --delta 1e-6); "
                 "or give the public keys (keys=...; dpkit query: --keys COL=V1,V2)",
             )
-        weights.setdefault("persons", 1.0)
+        if request.mode == "laplace" and "rows" in weights and "persons" not in weights:
+            selection_key = "rows"  # threshold the released COUNT itself: no separate share
+        else:
+            weights.setdefault("persons", 1.0)
     if request.accuracy is not None and (selection or any(v == AUTO for v in resolved.values())):
         raise InvalidParameterError(
             "accuracy", request.accuracy, "accuracy targets need public keys and explicit bounds"
@@ -580,7 +596,7 @@ def compile_query(
     statistics = tuple(Statistic(key, key.split(":")[1] if ":" in key else None, w) for key, w in weights.items())
 
     shares, selection_epsilon, gaussian_delta, selection_delta, cost = _allocate(
-        statistics, query, context, request, selection, contribution, groups_bound, resolved
+        statistics, query, context, request, selection, contribution, groups_bound, resolved, selection_key
     )
     compiled = CompiledQuery(
         query=query,
@@ -595,6 +611,7 @@ def compile_query(
         selection_delta=selection_delta,
         gaussian_delta=gaussian_delta,
         cost=cost,
+        selection_key=selection_key,
     )
     compiled.verify()
     return compiled
@@ -609,6 +626,7 @@ def _allocate(
     contribution: Contribution,
     groups_bound: int,
     resolved: Mapping[str, tuple[float, float] | str],
+    selection_key: str = "persons",
 ) -> tuple[dict[str, Fraction], Fraction | None, Fraction, Fraction, Guarantee]:
     relation = context.budget.neighbours
     total_weight = sum((as_fraction(s.weight) for s in statistics), Fraction(0))  # exact: shares sum to 1
@@ -623,7 +641,7 @@ def _allocate(
     if request.mode == "laplace":
         eps = request.epsilon or Fraction(0)
         shares = {key: eps * f for key, f in fractions.items()}
-        selection_epsilon = shares["persons"] if selection else None
+        selection_epsilon = shares[selection_key] if selection else None
         if isinstance(context.budget, PureDP):
             cost = PureDP(eps, relation)  # type: ignore[arg-type]
         else:

@@ -139,19 +139,22 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
     else:
         keys = list(result.keys)
         selector = compiled.selection_mechanism(len(keys))
-        noisy = selector.release(result.columns["persons"], rng=rng) if keys else []
+        chosen = compiled.selection_key
+        noisy = selector.release(result.columns[chosen], rng=rng) if keys else []
         threshold = compiled.selection_threshold(selector)
         # Released groups are listed in key order (not the backend's hash order).
         kept = sorted((i for i, value in enumerate(noisy) if value >= threshold), key=lambda i: _sort_key(keys[i]))
         keys = [keys[i] for i in kept]
-        values["persons"] = [float(noisy[i]) for i in kept]
+        values[chosen] = [float(noisy[i]) for i in kept]
         split.append(
             {
-                "statistic": "partition selection (persons)",
+                "statistic": "partition selection (persons)"
+                if chosen == "persons"
+                else "count of rows + partition selection",
                 "mechanism": f"DiscreteLaplace + threshold {threshold}",
                 "epsilon": float(compiled.selection_epsilon or 0),
                 "delta": float(compiled.selection_delta),
-                "sensitivity": float(compiled.groups_bound),
+                "sensitivity": float(compiled.groups_bound * compiled.selection_base),
                 "scale": selector.scale,
                 "half_width": float(selector.noise_quantile(compiled.request.alpha)),
             }
@@ -161,10 +164,11 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
     moment_index = {m.name: i for i, m in enumerate(aggregation_plan(compiled, bounds, salt).moments)}
     half_widths: dict[str, float] = {}
     for statistic in compiled.statistics:
-        if statistic.kind in ("auto", "hist") or (statistic.key == "persons" and "persons" in values):
-            if statistic.key == "persons":
+        selected = statistic.key == compiled.selection_key and compiled.selection_epsilon is not None
+        if statistic.kind in ("auto", "hist") or (selected and statistic.key in values):
+            if selected:
                 selector = compiled.selection_mechanism(max(len(keys), 1))
-                half_widths["persons"] = float(selector.noise_quantile(compiled.request.alpha))
+                half_widths[statistic.key] = float(selector.noise_quantile(compiled.request.alpha))
             continue
         column_bounds = bounds.get(statistic.column or "") if statistic.column else None
         mechanism = compiled.mechanism(statistic, max(len(keys), 1), column_bounds)
@@ -254,7 +258,7 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
     def half(key: str, level: float) -> float:
         """Half-width at another level for the same statistic (recomputed from the mechanism)."""
         statistic = next(s for s in compiled.statistics if s.key == key)
-        if key == "persons" and compiled.selection_epsilon is not None:
+        if key == compiled.selection_key and compiled.selection_epsilon is not None:
             return float(compiled.selection_mechanism(max(count, 1)).noise_quantile(level))
         column_bounds = released.bounds.get(statistic.column or "") if statistic.column else None
         mechanism = compiled.mechanism(statistic, max(count, 1), column_bounds)

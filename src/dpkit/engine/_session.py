@@ -281,11 +281,11 @@ class Session:
             if statistic.kind in ("sum", "csum", "csq") and fixed is None:
                 rows.append({"statistic": statistic.key, "mechanism": "depends on private bounds"})
                 continue
-            if statistic.key == "persons" and compiled.selection_epsilon is not None:
+            if statistic.key == compiled.selection_key and compiled.selection_epsilon is not None:
                 mechanism = compiled.selection_mechanism(dimension or 1)
                 rows.append(
                     {
-                        "statistic": "persons (partition selection)",
+                        "statistic": f"{statistic.key} (partition selection)",
                         "mechanism": "DiscreteLaplace + threshold",
                         "epsilon": float(compiled.selection_epsilon),
                         "delta": float(compiled.selection_delta),

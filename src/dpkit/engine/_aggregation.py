@@ -28,6 +28,7 @@ accumulation effects.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from dataclasses import dataclass
@@ -158,7 +159,7 @@ class AggregationPlan:
             return False
         return all(any(key[i] is not None for key in self.keys) for i in range(len(self.groups)))
 
-    @property
+    @functools.cached_property
     def key_order(self) -> tuple[tuple[Any, ...], ...]:
         """The distinct public keys in a salted pseudo-random order; the indexed path groups by rank.
 

@@ -207,7 +207,6 @@ def run_query(args: argparse.Namespace) -> int:
     bounds = parse_bounds(args.bounds)
     new_ledger = args.ledger is None or not os.path.lexists(args.ledger)
     budget = parse_budget(args.budget) if args.budget else (_default_budget(args) if new_ledger else None)
-    keys_items, sql = args.keys, args.sql
 
     def open_session(ledger: str | None) -> Session:
         return Session(
@@ -226,14 +225,13 @@ def run_query(args: argparse.Namespace) -> int:
         name: getattr(args, name) for name in ("epsilon", "delta", "rho", "accuracy") if getattr(args, name) is not None
     }
     cost.update(alpha=args.alpha, mechanism=args.mechanism)
+    contribution: dict[str, Any] = {"rows_per_group": args.rows_per_group, "groups_per_person": args.groups_per_person}
     if args.ledger is not None and new_ledger:
         # Check the whole query against an in-memory ledger first (schema only, no rows read):
         # a query that would be refused never leaves a new ledger file behind.
         trial = open_session(None)
-        keys = _typed_keys(keys_items, trial.columns)
-        trial.preview(
-            sql, keys=keys, rows_per_group=args.rows_per_group, groups_per_person=args.groups_per_person, **cost
-        )
+        contribution["keys"] = _typed_keys(args.keys, trial.columns)
+        trial.preview(args.sql, **contribution, **cost)
     session = open_session(args.ledger)
     if args.ledger is not None and new_ledger and not args.budget:
         print(
@@ -241,13 +239,10 @@ def run_query(args: argparse.Namespace) -> int:
             "pass --budget to set a larger total",
             file=sys.stderr,
         )
-    contribution: dict[str, Any] = {
-        "keys": _typed_keys(keys_items, session.columns),
-        "rows_per_group": args.rows_per_group,
-        "groups_per_person": args.groups_per_person,
-    }
+    if "keys" not in contribution:  # typed once, against the same schema
+        contribution["keys"] = _typed_keys(args.keys, session.columns)
     if args.preview:
-        preview = session.preview(sql, **contribution, **cost)
+        preview = session.preview(args.sql, **contribution, **cost)
         if args.json:
             report = {
                 "guarantee": repr(preview.guarantee),
@@ -261,7 +256,7 @@ def run_query(args: argparse.Namespace) -> int:
         return 0
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
     with _ProgressBar(session, show_progress):
-        result = session.release(sql, **contribution, **cost)
+        result = session.release(args.sql, **contribution, **cost)
     if args.json:
         summary: dict[str, Any] = result.to_dict()
         summary["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in summary["rows"]]

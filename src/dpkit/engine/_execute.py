@@ -132,7 +132,8 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
             bounds[statistic.column or ""] = _auto_bounds(compiled, statistic, backend, salt, rng)
             split.append(_describe(compiled, statistic, compiled.mechanism(statistic, 1), None))
 
-    result = backend.run(aggregation_plan(compiled, bounds, salt))
+    plan = aggregation_plan(compiled, bounds, salt)
+    result = backend.run(plan)
     values: dict[str, list[float]] = {}
     if compiled.public_keys:
         keys = list(compiled.query.keys) if compiled.query.keys is not None else [()]
@@ -161,7 +162,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         )
         if len(keys) == 0:
             keys = []
-    moment_index = {m.name: i for i, m in enumerate(aggregation_plan(compiled, bounds, salt).moments)}
+    moment_index = {m.name: i for i, m in enumerate(plan.moments)}
     half_widths: dict[str, float] = {}
     for statistic in compiled.statistics:
         selected = statistic.key == compiled.selection_key and compiled.selection_epsilon is not None
@@ -291,7 +292,7 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
                     lo_list.append(low)
                     hi_list.append(high)
                     continue
-                ratios = [(s - h_s) / n_lo, (s - h_s) / n_hi, (s + h_s) / n_lo, (s + h_s) / n_hi]
+                ratios = _quotients(s, h_s, n_lo, n_hi)
                 lo_list.append(min(max(mid + min(ratios), low), high))
                 hi_list.append(min(max(mid + max(ratios), low), high))
             out[name], out[f"{name}_low"], out[f"{name}_high"] = est, lo_list, hi_list
@@ -309,8 +310,7 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
                     hi_list.append(reach**2)
                     continue
                 n_lo, n_hi = max(n - h_n, 1.0), max(n + h_n, 1.0)
-                second = [(q - h_q) / n_lo, (q - h_q) / n_hi, (q + h_q) / n_lo, (q + h_q) / n_hi]
-                means = [(s - h_s) / n_lo, (s - h_s) / n_hi, (s + h_s) / n_lo, (s + h_s) / n_hi]
+                second, means = _quotients(q, h_q, n_lo, n_hi), _quotients(s, h_s, n_lo, n_hi)
                 square_high = max(m * m for m in means)
                 square_low = 0.0 if min(means) <= 0 <= max(means) else min(m * m for m in means)
                 lo_list.append(min(max(min(second) + reach**2 / 2 - square_high, 0.0), reach**2))
@@ -328,6 +328,11 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
         else:  # pragma: no cover - every kind is handled above
             raise InternalError(f"unhandled aggregate {aggregate.kind}")
     return out
+
+
+def _quotients(value: float, half: float, n_low: float, n_high: float) -> list[float]:
+    """The corners of [value - half, value + half] / [n_low, n_high] (interval division, n > 0)."""
+    return [(value - half) / n_low, (value - half) / n_high, (value + half) / n_low, (value + half) / n_high]
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:

@@ -215,7 +215,7 @@ class Session:
         **cost: Any,
     ) -> Result:
         """Run one SQL SELECT privately. ``cost``: epsilon / delta / rho / accuracy, alpha, bounds, mechanism, rng."""
-        return self.release(self._parse(text, keys, rows_per_group, groups_per_person), **cost)
+        return self.release(text, keys=keys, rows_per_group=rows_per_group, groups_per_person=groups_per_person, **cost)
 
     def _parse(self, text: str, keys: object, rows_per_group: int | None, groups_per_person: int | None) -> Query:
         from dpkit.engine._sql import parse_query

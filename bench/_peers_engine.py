@@ -72,7 +72,8 @@ def _regions_from_rows(rows: Any) -> Regions:
 
 
 # ---------------------------------------------------------------------------------------------
-# DuckDB references (not private): plain GROUP BY, and the naive ROW_NUMBER() bounding.
+# DuckDB references (not private): plain GROUP BY, the naive ROW_NUMBER() bounding, and the
+# per-(person, region) aggregation alone (rows capped at k, groups per person not bounded).
 # DuckDB 2.0 refuses a volatile ORDER BY in a window ("ORDER BY random()"), so the random key is
 # drawn in a subquery first: the same plan (a sort of every row by person and key).
 # ---------------------------------------------------------------------------------------------
@@ -84,6 +85,11 @@ DUCKDB_QUERIES = {
         SELECT region, count(*), sum(least(greatest(income, {low}), {high}))
         FROM (SELECT region, income FROM read_parquet('{path}')
               QUALIFY row_number() OVER (PARTITION BY person_id) <= {k})
+        GROUP BY region""",
+    "duckdb_pergroup": """
+        SELECT region, sum(least(n, {k})), sum(least(total, {k} * {high}))
+        FROM (SELECT person_id, region, count(*) AS n, sum(least(greatest(income, {low}), {high})) AS total
+              FROM read_parquet('{path}') GROUP BY person_id, region)
         GROUP BY region""",
     "duckdb_random5": """
         SELECT region, count(*), sum(least(greatest(income, {low}), {high}))

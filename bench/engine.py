@@ -7,6 +7,7 @@ Run from the repository root (``make bench-peers-venv`` first creates the peers'
     .venv/bin/python bench/engine.py --rows 1000000 --spark               # adds dpkit with backend="spark"
     .venv/bin/python bench/engine.py --rows 1000000 --methods dpkit_public duckdb_plain
     .venv/bin/python bench/engine.py --report a.json b.json                # one table from runs saved with --json
+    .venv/bin/python bench/engine.py --rows 10000000 --spread --methods duckdb_plain duckdb_pergroup dpkit_public
 
 The query (the issue's "Performance" section): per region (50, skewed), a count and a sum of income
 clamped to [0, 200000]; each person bounded to 5 rows and 1 group; epsilon = 1 in total; with the 50
@@ -19,6 +20,9 @@ Methods (``--methods``; each runs in a fresh subprocess, see ``bench/_peers_engi
    exactly the truth).
 2. ``duckdb_any5``: ``QUALIFY row_number() OVER (PARTITION BY person_id) <= 5``, clamped sum, no noise.
 3. ``duckdb_random5``: the same with ``ORDER BY random()`` in the window, no noise.
+   ``duckdb_pergroup`` (a reference): one hash aggregation per
+   (person, region), each person's count capped at 5 and total at 5 x 200000, then per region; no
+   bound on groups per person, no noise. The floor of any plan that aggregates per person first.
 4. ``dpkit_public`` / ``dpkit_private``: ``dpkit.Session.from_parquet(...)`` then ``table().group_by
    (keys=...).bound(rows_per_group=5, groups_per_person=1).agg(count, sum).release(epsilon=1)``
    (``delta=1e-6`` and no keys for private keys). Until ``dpkit.engine`` is importable the row reads
@@ -120,6 +124,7 @@ METHODS = (
     Method("duckdb_plain", "DuckDB plain GROUP BY (no bounding; floor)", "main", "-"),
     Method("duckdb_any5", "DuckDB bounded, any 5 rows", "main", "-"),
     Method("duckdb_random5", "DuckDB bounded, random 5 rows", "main", "-"),
+    Method("duckdb_pergroup", "DuckDB per-(person, region) aggregation only", "main", "-"),
     Method("dpkit_public", "dpkit", "main", "public"),
     Method("dpkit_private", "dpkit", "main", "private"),
     Method("opendp_public", "OpenDP (Polars)", "opendp", "public"),
@@ -515,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
     names = [m.name for m in METHODS + SPARK_METHODS]
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000], help="row counts (default 1,000,000)")
+    parser.add_argument(
+        "--spread", action="store_true", help="data variant: region drawn per row (people in several regions)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method, median reported (default 3)")
     parser.add_argument("--methods", nargs="+", choices=names, default=None, help="subset of methods (default all)")
     parser.add_argument("--spark", action="store_true", help="also run Spark plain and dpkit with backend='spark'")
@@ -548,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
     outcomes: list[Outcome] = []
     for rows in args.rows:
         start = time.perf_counter()
-        path = people_path(rows, args.cache)
+        path = people_path(rows, args.cache, spread=args.spread)
         exact, bounded = truth(path)
         print(f"data: {path} ({rows:,} rows; ready and truth computed in {time.perf_counter() - start:.1f} s)")
         for method in chosen:

@@ -18,6 +18,10 @@ Columns (one row per event of a person; rows shuffled, so a person's rows are no
   200,000 clamping bound, a few above 1,000,000).
 * ``age`` (int32): 18 to 90, one value per person.
 
+Variant ``spread=True`` (``--spread``; file ``people_<rows>_spread.parquet``): the same table except
+that each row draws its region independently (same popularity law), so most people with several
+rows are in several regions and bounding groups per person has real work to do.
+
 The table is a pure function of the row count and the seed (numpy ``PCG64``), written once with
 pyarrow to ``bench/.cache/people_<rows>.parquet`` (zstd, row groups of 1,000,000 rows) and
 reused when present. Ten million rows take about 5 s to generate and write on 2 cores.
@@ -55,8 +59,8 @@ def region_weights() -> np.ndarray:
     return weights / weights.sum()
 
 
-def generate(rows: int, seed: int = SEED) -> dict[str, np.ndarray]:
-    """The table as numpy columns (``region`` as int8 codes into :data:`REGIONS`)."""
+def generate(rows: int, seed: int = SEED, spread: bool = False) -> dict[str, np.ndarray]:
+    """The table as numpy columns (``region`` as int8 codes into :data:`REGIONS`); ``spread``: region per row."""
     if rows < 1:
         raise ValueError(f"rows must be positive, got {rows}")
     rng = np.random.Generator(np.random.PCG64(seed))
@@ -79,18 +83,22 @@ def generate(rows: int, seed: int = SEED) -> dict[str, np.ndarray]:
     order = rng.permutation(rows)
     person_index = person_index[order]
     income = np.round(np.exp(rng.normal(np.log(40_000.0), 0.8, size=rows)), 2)
+    if spread:  # drawn after everything else: the other columns are those of the default table
+        region = rng.choice(len(REGIONS), size=rows, p=region_weights()).astype(np.int8)
+    else:
+        region = person_region[person_index]
     return {
         "person_id": person_ids[person_index],
-        "region": person_region[person_index],
+        "region": region,
         "income": income,
         "age": person_age[person_index],
     }
 
 
-def people_path(rows: int, cache: Path | str | None = None, seed: int = SEED) -> Path:
+def people_path(rows: int, cache: Path | str | None = None, seed: int = SEED, spread: bool = False) -> Path:
     """Path of the Parquet file with ``rows`` rows, generating and writing it if it is not cached."""
     directory = Path(cache) if cache is not None else DEFAULT_CACHE
-    suffix = "" if seed == SEED else f"_s{seed}"
+    suffix = ("" if seed == SEED else f"_s{seed}") + ("_spread" if spread else "")
     path = directory / f"people_{rows}{suffix}.parquet"
     if path.exists():
         return path
@@ -98,7 +106,7 @@ def people_path(rows: int, cache: Path | str | None = None, seed: int = SEED) ->
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
-    columns = generate(rows, seed)
+    columns = generate(rows, seed, spread)
     table = pa.table(
         {
             "person_id": pa.array(columns["person_id"]),
@@ -118,10 +126,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, nargs="+", default=[1_000_000], help="row counts (default 1,000,000)")
     parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="cache directory (default bench/.cache)")
     parser.add_argument("--seed", type=int, default=SEED)
+    parser.add_argument("--spread", action="store_true", help="region drawn per row, not per person")
     args = parser.parse_args(argv)
     for rows in args.rows:
         start = time.perf_counter()
-        path = people_path(rows, args.cache, args.seed)
+        path = people_path(rows, args.cache, args.seed, args.spread)
         print(f"{path} ({path.stat().st_size / 2**20:.1f} MiB, {time.perf_counter() - start:.1f} s)")
     return 0
 

@@ -3,19 +3,19 @@
 Contribution bounding without a sort by person (the usual ``ROW_NUMBER() OVER (PARTITION BY
 person ORDER BY random()) <= k``):
 
-1. aggregate the filtered, clamped rows per (person, group): the row count n and the sums of
-   the person's values in that group (a hash aggregation);
-2. bound groups per person: people in more than g groups keep g of them, ranked by a keyed
-   hash of the group (a secret salt per release); only those people are ranked at all;
+1. give every group an integer index, its rank in a salted pseudo-random order (a secret salt
+   per release): public keys in a VALUES list, private keys ranked in SQL from the distinct
+   groups present. The rows join that list, so the steps below compare small integers;
+2. aggregate the filtered, clamped rows per person (a hash aggregation): the row count n, the
+   sums, and the lowest and highest group index. People in one group are done. Only the rows of
+   people in several groups are aggregated again per (person, group), and those people keep the
+   g groups of lowest index (with g = 1, only the rows of that group are aggregated);
 3. bound rows: a person with n > k rows in a group adds k to the count. To a SUM they add
    their total, clamped to k times the row bounds (``Moment.cap_total``): at most k rows'
    worth of clamped values, so the sensitivity is the same as keeping k rows, but nothing is
    discarded from a person whose total already fits. To the moments of a mean or a variance
    they add k / n of their sums (k times their mean: the same expectation as k random rows,
    without the sampling variance), which matches the k rows they count for.
-
-Public keys are matched by a join to the key list and grouped by the key's integer index (the
-join is also the key filter); private keys are grouped by value.
 
 Exactness: values are clamped, then converted to integers in a public unit ``2^e`` (the unit
 chosen from the bounds alone, at most 2^30 units per row). A person's sum in a group is kept as
@@ -150,10 +150,11 @@ class AggregationPlan:
 
     @property
     def indexed_keys(self) -> bool:
-        """Whether the public keys are matched by a join and grouped by their index (see render_sql).
+        """Whether the group index list is the public keys as a VALUES list (see ``_render_bounded``).
 
         Needs a person column (the row-level path groups directly) and, for every group column, a
-        key value that is not NULL (it fixes the type of the key list's column).
+        key value that is not NULL (it fixes the type of the key list's column). Otherwise the list
+        is built in SQL from the groups present (private keys, or public keys filtered by value).
         """
         if self.person is None or not self.groups or not self.keys:
             return False
@@ -161,7 +162,7 @@ class AggregationPlan:
 
     @functools.cached_property
     def key_order(self) -> tuple[tuple[Any, ...], ...]:
-        """The distinct public keys in a salted pseudo-random order; the indexed path groups by rank.
+        """The distinct public keys in a salted pseudo-random order; the VALUES list gives each its rank.
 
         A person in more than g key groups keeps the g of lowest rank. The order depends on the
         salt (secret, fresh per release) and the keys only, never on the data; computing it here
@@ -231,8 +232,8 @@ def _group_expression(group: GroupKey) -> str:
 def _key_filter(plan: AggregationPlan) -> list[str]:
     """Conditions on the group aliases __g0, __g1, ... keeping only public keys (and real bins).
 
-    Applied after the per-person aggregation (HAVING), where there are far fewer rows than in
-    the table; the result is the same as filtering rows first.
+    Row-level privacy: a HAVING after the aggregation (the same result as filtering rows first).
+    Per person: the filter on the list of groups present, when that list is built in SQL.
     """
     if plan.keys is None:
         return [f"__g{i} IS NOT NULL" for i, g in enumerate(plan.groups) if isinstance(g, Bin)]
@@ -304,8 +305,6 @@ def render_sql(plan: AggregationPlan) -> str:
         conditions.insert(0, f"{person} IS NOT NULL")  # rows without a person are dropped (documented)
     where = (" WHERE " + " AND ".join(conditions)) if conditions else ""
     base = f"SELECT {', '.join(select or ['1 AS __one'])} FROM {source}{where}"
-    group_list = ", ".join(groups)
-    k = plan.rows_per_group
 
     if person is None:
         # One row per person: every weight is 1 and each row is in one group.
@@ -318,70 +317,98 @@ def render_sql(plan: AggregationPlan) -> str:
         grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
         return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
 
-    if plan.indexed_keys:
-        # Public keys: join the rows to the (small) key list and group by the key's index, an
-        # integer: the join is also the key filter (whole tuples, NULL keys included), and the
-        # per-person hash aggregation is much cheaper on (person, integer) than on text keys.
-        literals = ", ".join(
-            "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
+    return _render_bounded(plan, base, groups, keep)
+
+
+def _encoded(names: list[str]) -> str:
+    """An injective text encoding of a group tuple: NULL is "n", a value is "v<length>:<text>".
+
+    No two distinct groups (NULL vs the text '<null>', ('a|b', 'c') vs ('a', 'b|c')) share an
+    encoding, so ties of the salted hash below are broken by the encoding itself.
+    """
+    parts = [
+        f"CASE WHEN {name} IS NULL THEN 'n' ELSE concat('v', CAST(length(CAST({name} AS VARCHAR)) AS VARCHAR), "
+        f"':', CAST({name} AS VARCHAR)) END"
+        for name in names
+    ]
+    return f"concat({', '.join(parts)})"
+
+
+def _render_bounded(plan: AggregationPlan, raw: str, groups: list[str], keep: list[str]) -> str:
+    """The per-person path of :func:`render_sql`: bound each person, then aggregate by group index.
+
+    Every group is first given an integer index ``__ki``: its rank in a salted pseudo-random order
+    of the groups. Public keys carry it in a small VALUES list (``AggregationPlan.key_order``);
+    otherwise the list is built in SQL from the distinct groups present, ranked by a salted md5 of
+    their injective encoding. Either way, whether one group ranks below another depends on the salt
+    and the two groups only, never on the data, and a person in more than g groups keeps the g of
+    lowest index. The rows join the list (the join is also the key filter), so every per-person
+    step below compares small integers instead of group values.
+
+    Groups per person are bounded without a second pass over everyone: one hash aggregation per
+    person computes the row count, the sums and the lowest and highest group index. A person whose
+    rows are all in one group (lowest = highest, the common case when grouping by an attribute of
+    the person) is then complete; only the rows of people in several groups are aggregated again
+    per (person, group), and with g = 1 only the rows of their chosen group.
+    """
+    k, g = plan.rows_per_group, plan.groups_per_person
+    values = [f"__v{i}" for i in range(len(plan.moments))] + (["__b"] if plan.histogram is not None else [])
+    ctes = [f"__raw AS NOT MATERIALIZED ({raw})"]
+    key_names = [f"__k{i}" for i in range(len(groups))]
+    if not groups:
+        base = f"SELECT __pid, 0 AS __ki{''.join(', ' + v for v in values)} FROM __raw"
+    else:
+        if plan.indexed_keys:
+            literals = ", ".join(
+                "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")"
+                for rank, key in enumerate(plan.key_order)
+            )
+            ctes.append(f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join([*key_names, '__ki'])}))")
+        else:
+            encoded = _encoded(groups)
+            present = f"SELECT DISTINCT {', '.join(groups)} FROM __raw" + (
+                f" WHERE {' AND '.join(keep)}" if keep else ""
+            )
+            renamed = ", ".join(f"{name} AS {key}" for name, key in zip(groups, key_names, strict=True))
+            ctes.append(
+                f"__kv AS MATERIALIZED (SELECT {renamed}, CAST(ROW_NUMBER() OVER (ORDER BY "
+                f"md5(concat({_literal(plan.salt)}, {encoded})), {encoded}) - 1 AS INTEGER) AS __ki "
+                f"FROM ({present}) AS __present)"
+            )
+        match = " AND ".join(
+            f"__raw.{name} IS NOT DISTINCT FROM __kv.{key}" for name, key in zip(groups, key_names, strict=True)
         )
-        names = ", ".join([*(f"__k{i}" for i in range(len(groups))), "__ki"])
-        match = " AND ".join(f"__raw.{name} IS NOT DISTINCT FROM __kv.__k{i}" for i, name in enumerate(groups))
-        carried = ["__raw.__pid", "__kv.__ki"] + [f"__raw.__v{i}" for i in range(len(plan.moments))]
-        carried += ["__raw.__b"] if plan.histogram is not None else []
-        base = (
-            f"SELECT {', '.join(carried)} FROM ({base}) AS __raw JOIN (VALUES {literals}) AS __kv({names}) ON {match}"
-        )
-        groups, group_list, having = ["__ki"], "__ki", ""
-    pg_key = ", ".join(["__pid", *groups])
+        carried = ", ".join(["__raw.__pid", "__kv.__ki", *(f"__raw.{v}" for v in values)])
+        base = f"SELECT {carried} FROM __raw JOIN __kv ON {match}"
+    ctes.append(f"__base AS NOT MATERIALIZED ({base})")
+
     if plan.histogram is None:
         sums = "".join(f", SUM(__v{i}) AS __s{i}" for i in range(len(plan.moments)))
-        ctes = [
-            f"__base AS ({base})",
-            f"__pg AS (SELECT {pg_key}, COUNT(*) AS __n{sums} FROM __base GROUP BY {pg_key}{having})",
-        ]
-    else:
-        ctes = [
-            f"__base AS ({base})",
-            f"__pgb AS (SELECT {pg_key}, __b, COUNT(*) AS __c FROM __base GROUP BY {pg_key}, __b{having})",
-            f"__pg AS (SELECT {pg_key}, SUM(__c) AS __n FROM __pgb GROUP BY {pg_key})",
-        ]
-    chosen = "__pg"
-    if plan.bounds_groups and plan.indexed_keys and plan.groups_per_person == 1:
-        # One group per person, keys ranked by the salted order: each person keeps the group of
-        # lowest rank, found in one aggregation per person (no window, no join, no second pass).
-        kept = ["__pid", "MIN(__ki) AS __ki", "arg_min(__n, __ki) AS __n"]
-        if plan.histogram is None:
-            kept += [f"arg_min(__s{i}, __ki) AS __s{i}" for i in range(len(plan.moments))]
-        ctes.append(f"__chosen AS (SELECT {', '.join(kept)} FROM __pg GROUP BY __pid)")
-        chosen = "__chosen"
-    elif plan.bounds_groups:
-        g = plan.groups_per_person
-        # An injective text encoding of the group tuple: NULL is "n", a value is "v<length>:<text>",
-        # so no two distinct groups (NULL vs the text '<null>', ('a|b', 'c') vs ('a', 'b|c')) share
-        # an encoding. Ties of the hash are then broken by the encoding itself: the choice depends
-        # on the salt and the group values only, never on row order or threads.
-        encoded = ", ".join(
-            f"CASE WHEN {name} IS NULL THEN 'n' ELSE concat('v', CAST(length(CAST({name} AS VARCHAR)) AS VARCHAR), "
-            f"':', CAST({name} AS VARCHAR)) END"
-            for name in groups
-        )
-        encoded = f"concat({encoded})" if groups else "''"
-        columns = ", ".join(
-            ["__pid", *groups, "__n"] + [f"__s{i}" for i in range(len(plan.moments))] * (plan.histogram is None)
-        )
-        # Only people in more than g groups are ranked; everyone else passes through an anti-join
-        # against that (usually tiny) set, which is much cheaper than joining every person back.
-        ctes += [
-            f"__multi AS (SELECT __pid FROM __pg GROUP BY __pid HAVING COUNT(*) > {g})",
-            f"__chosen AS (SELECT {columns} FROM __pg ANTI JOIN __multi USING (__pid) "
-            f"UNION ALL SELECT {columns} FROM (SELECT __pg.*, ROW_NUMBER() OVER (PARTITION BY __pg.__pid "
-            f"ORDER BY md5(concat({_literal(plan.salt)}, {encoded})), {encoded}) AS __rank "
-            f"FROM __pg SEMI JOIN __multi USING (__pid)) AS __ranked WHERE __rank <= {g})",
-        ]
-        chosen = "__chosen"
-    if plan.histogram is None:
-        outputs = [*groups, f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
+        kept = "".join(f", __s{i}" for i in range(len(plan.moments)))
+        if not plan.bounds_groups:
+            ctes.append(f"__chosen AS (SELECT __pid, __ki, COUNT(*) AS __n{sums} FROM __base GROUP BY __pid, __ki)")
+        else:
+            ctes.append(
+                f"__pp AS MATERIALIZED (SELECT __pid, MIN(__ki) AS __lo, MAX(__ki) AS __hi, COUNT(*) AS __n{sums} "
+                "FROM __base GROUP BY __pid)"
+            )
+            if g == 1:  # a person in several groups keeps the one of lowest index: aggregate only its rows
+                mixed = (
+                    f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN "
+                    "(SELECT __pid, __lo FROM __pp WHERE __lo <> __hi) AS __m "
+                    "ON __r.__pid = __m.__pid AND __r.__ki = __m.__lo GROUP BY __r.__pid, __r.__ki"
+                )
+            else:
+                ctes.append(
+                    f"__mpg AS (SELECT __pid, __ki, COUNT(*) AS __n{sums} FROM __base SEMI JOIN "
+                    "(SELECT __pid FROM __pp WHERE __lo <> __hi) AS __m USING (__pid) GROUP BY __pid, __ki)"
+                )
+                mixed = (
+                    f"SELECT __ki, __n{kept} FROM (SELECT __mpg.*, ROW_NUMBER() OVER (PARTITION BY __pid "
+                    f"ORDER BY __ki) AS __rank FROM __mpg) AS __ranked WHERE __rank <= {g}"
+                )
+            ctes.append(f"__chosen AS (SELECT __lo AS __ki, __n{kept} FROM __pp WHERE __lo = __hi UNION ALL {mixed})")
+        outputs = [f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
         for i, moment in enumerate(plan.moments):
             if moment.cap_total and moment.power == 1 and not moment.shift and not moment.offset:
                 low_cap, high_cap = moment.total_caps(k)
@@ -391,15 +418,42 @@ def render_sql(plan: AggregationPlan) -> str:
                 shrunk = f"CAST(ROUND(__s{i} * {k}.0 / __n) AS BIGINT)"
                 scaled = f"(CASE WHEN __n <= {k} THEN CAST(__s{i} AS BIGINT) ELSE {shrunk} END)"
             outputs.append(f"CAST(SUM({scaled}) AS DECIMAL(38, 0)) AS m{i}")
-        grouping = f" GROUP BY {group_list}" if groups else ""
-        return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM {chosen}{grouping}"
-    weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / {chosen}.__n) AS BIGINT)"
-    capped = f"(CASE WHEN {chosen}.__n <= {k} THEN __pgb.__c * {2**Histogram.WEIGHT_BITS} ELSE {weight} END)"
-    join_on = " AND ".join(f"__pgb.{c} IS NOT DISTINCT FROM {chosen}.{c}" for c in ["__pid", *groups])
-    qualified = [f"__pgb.{name} AS {name}" for name in groups]
-    outputs = [*qualified, "__pgb.__b AS __b", f"CAST(SUM({capped}) AS DECIMAL(38, 0)) AS w"]
-    keys = ", ".join([f"__pgb.{name}" for name in groups] + ["__pgb.__b"])
-    return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM __pgb JOIN {chosen} ON {join_on} GROUP BY {keys}"
+        columns = ["rows", "persons", *(f"m{i}" for i in range(len(plan.moments)))]
+        if not groups:
+            return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM __chosen"
+        aggregated = f"SELECT __ki, {', '.join(outputs)} FROM __chosen GROUP BY __ki"
+    else:
+        ctes += [
+            "__pgb AS (SELECT __pid, __ki, __b, COUNT(*) AS __c FROM __base GROUP BY __pid, __ki, __b)",
+            "__pg AS (SELECT __pid, __ki, SUM(__c) AS __n FROM __pgb GROUP BY __pid, __ki)",
+        ]
+        if not plan.bounds_groups:
+            chosen = "(SELECT * FROM __pg)"
+        elif g == 1:
+            chosen = "(SELECT __pid, MIN(__ki) AS __ki, arg_min(__n, __ki) AS __n FROM __pg GROUP BY __pid)"
+        else:
+            chosen = (
+                "(SELECT __pid, __ki, __n FROM (SELECT __pg.*, ROW_NUMBER() OVER (PARTITION BY __pid ORDER BY __ki) "
+                f"AS __rank FROM __pg) AS __ranked WHERE __rank <= {g})"
+            )
+        ctes.append(f"__chosen AS {chosen}")
+        weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / __chosen.__n) AS BIGINT)"
+        capped = f"(CASE WHEN __chosen.__n <= {k} THEN __pgb.__c * {2**Histogram.WEIGHT_BITS} ELSE {weight} END)"
+        aggregated = (
+            f"SELECT __pgb.__ki AS __ki, __pgb.__b AS __b, CAST(SUM({capped}) AS DECIMAL(38, 0)) AS w "
+            "FROM __pgb JOIN __chosen ON __pgb.__pid = __chosen.__pid AND __pgb.__ki = __chosen.__ki "
+            "GROUP BY __pgb.__ki, __pgb.__b"
+        )
+        columns = ["__b", "w"]
+        if not groups:
+            return f"WITH {', '.join(ctes)} SELECT {', '.join(columns)} FROM ({aggregated}) AS __agg"
+    if plan.indexed_keys:  # the first column is the key's rank; the backend maps it to the key
+        return f"WITH {', '.join(ctes)} {aggregated}"
+    keys = [f"__kv.{key} AS __g{i}" for i, key in enumerate(key_names)]
+    return (
+        f"WITH {', '.join(ctes)} SELECT {', '.join([*keys, *(f'__agg.{c}' for c in columns)])} "
+        f"FROM ({aggregated}) AS __agg JOIN __kv ON __agg.__ki = __kv.__ki"
+    )
 
 
 def to_dialect(sql: str, dialect: str) -> str:
@@ -408,7 +462,10 @@ def to_dialect(sql: str, dialect: str) -> str:
         return sql
     # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
     # cast or an overflow gives NULL (see SparkBackend.run).
+    # Nor does it take MATERIALIZED hints on CTEs: it plans each reference itself.
     tree = sqlglot.parse_one(sql, read="duckdb").transform(
         lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node
     )
+    for cte in tree.find_all(exp.CTE):
+        cte.set("materialized", None)
     return tree.sql(dialect=dialect)

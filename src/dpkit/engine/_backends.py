@@ -60,7 +60,7 @@ class Backend(Protocol):
 
 def _collect(rows: list[tuple[Any, ...]], plan: AggregationPlan) -> AggregationResult:
     width = len(plan.groups)
-    if plan.indexed_keys:  # the first column is the index of the public key
+    if plan.indexed_keys:  # the first column is the public key's rank in plan.key_order
         public = plan.key_order
         rows = [(*public[int(row[0])], *row[1:]) for row in rows]
     if plan.histogram is not None:

@@ -1,0 +1,148 @@
+"""The bounded aggregation SQL against a plain-Python reference of the documented bounding rules.
+
+Data mixes people in one group (the per-person fast path) with people in several groups (the
+per-(person, group) path), NULL group values, and heavy people; the reference applies the rules
+of ``dpkit.engine._aggregation`` literally: each person keeps the g groups of lowest salted rank,
+then adds min(n, k) rows and their total clamped to k row bounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dpkit
+from dpkit import engine as E
+from dpkit.engine._aggregation import Histogram, render_sql
+from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
+
+SALT = "reference-salt"
+BOUNDS = (0.0, 100.0)
+
+
+def make_frame(seed: int) -> pd.DataFrame:
+    """People 0..199: even ids live in one region, odd ids spread 1-12 rows over up to 4 regions (some NULL)."""
+    rng = np.random.default_rng(seed)
+    regions = np.array(["a", "b", "c", "d", None], dtype=object)
+    rows = []
+    for person in range(200):
+        n = int(rng.integers(1, 13))
+        home = regions[rng.integers(0, 5)]
+        for _ in range(n):
+            region = home if person % 2 == 0 else regions[rng.integers(0, 5)]
+            rows.append((person, region, float(rng.integers(0, 120))))  # some above the bound 100
+    return pd.DataFrame(rows, columns=["person_id", "region", "income"])
+
+
+def encoded(value: object) -> str:
+    return "n" if value is None else f"v{len(str(value))}:{value}"
+
+
+def sql_rank(key: tuple[object, ...]) -> tuple[str, str]:
+    """The order of groups listed in SQL (private keys): md5 of the salt and the encoding, then the encoding."""
+    text = "".join(encoded(v) for v in key)
+    return hashlib.md5((SALT + text).encode()).hexdigest(), text
+
+
+def reference(frame: pd.DataFrame, keys, k: int, g: int, rank) -> dict[tuple[object, ...], tuple[int, int, float]]:
+    """Per group: (bounded rows, persons, bounded clamped sum) by the documented rules."""
+    per_person: dict[object, dict[tuple[object, ...], list[float]]] = defaultdict(lambda: defaultdict(list))
+    for person, region, income in frame.itertuples(index=False):
+        key = (None if pd.isna(region) else region,)
+        if keys is not None and key not in keys:
+            continue
+        per_person[person][key].append(min(max(income, BOUNDS[0]), BOUNDS[1]))
+    out: dict[tuple[object, ...], list[float]] = defaultdict(lambda: [0, 0, 0.0])
+    for groups in per_person.values():
+        for key in sorted(groups, key=rank)[:g]:
+            values = groups[key]
+            total = sum(values) if len(values) <= k else min(max(sum(values), k * BOUNDS[0]), k * BOUNDS[1])
+            cell = out[key]
+            cell[0] += min(len(values), k)
+            cell[1] += 1
+            cell[2] += total
+    return {key: (int(a), int(b), c) for key, (a, b, c) in out.items()}
+
+
+def run(frame: pd.DataFrame, keys, k: int, g: int, histogram: bool = False):
+    session = E.Session.from_pandas(frame, name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(100, 1e-3))
+    builder = session.table().group_by("region", keys=keys).bound(rows_per_group=k, groups_per_person=g)
+    query = (
+        builder.agg(m=E.median("income", bounds=BOUNDS))  # quantiles aggregate a histogram
+        if histogram
+        else builder.agg(n=E.count(), t=E.sum("income", bounds=BOUNDS))
+    )
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
+    if histogram:
+        hist = next(s for s in compiled.statistics if s.kind == "hist")
+        plan = histogram_plan(compiled, hist, BOUNDS, SALT)
+    else:
+        plan = aggregation_plan(compiled, {"income": BOUNDS}, SALT)
+    return compiled, plan, session._backend.run(plan)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("g", [1, 2, 3])
+@pytest.mark.parametrize("keys", ["private", "public", "public with NULL"])
+def test_bounded_aggregates_match_the_reference(seed, k, g, keys):
+    frame = make_frame(seed)
+    public = {"private": None, "public": ["a", "b", "c"], "public with NULL": ["a", "c", None]}[keys]
+    compiled, plan, result = run(frame, public, k, g)
+    key_set = None if public is None else {(v,) for v in public}
+    if public is None or not plan.indexed_keys:
+        rank = sql_rank
+    else:
+        order = {key: i for i, key in enumerate(plan.key_order)}
+        rank = order.__getitem__
+    expected = reference(frame, key_set, k, g, rank)
+    unit = compiled.moment(compiled.statistics[1], BOUNDS).unit_scale
+    got = {
+        key: (rows, persons, m0 * unit)
+        for key, rows, persons, m0 in zip(
+            result.keys, result.columns["rows"], result.columns["persons"], result.columns["m0"], strict=True
+        )
+    }
+    assert set(got) == set(expected)
+    for key, (rows, persons, total) in expected.items():
+        assert got[key][:2] == (rows, persons), key
+        assert got[key][2] == pytest.approx(total, abs=1e-9), key  # values are whole numbers: exact in units
+
+
+def test_the_reference_data_exercises_both_paths():
+    frame = make_frame(1)
+    groups = frame.groupby("person_id")["region"].apply(lambda s: s.fillna("<null>").nunique())
+    assert (groups == 1).sum() >= 100 and (groups >= 3).sum() >= 30
+
+
+@pytest.mark.parametrize("g", [1, 2])
+def test_histogram_weights_match_the_reference(g):
+    frame = make_frame(3)
+    k = 2
+    _, plan, result = run(frame, None, k, g, histogram=True)
+    assert plan.histogram is not None and not plan.histogram.log2
+    width = (plan.histogram.high - plan.histogram.low) / plan.histogram.bins
+    per_person: dict[object, dict[tuple[object, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
+    for person, region, income in frame.itertuples(index=False):
+        clamped = min(max(income, BOUNDS[0]), BOUNDS[1])
+        per_person[person][(None if pd.isna(region) else region,)].append(
+            min(math.floor((clamped - plan.histogram.low) / width), plan.histogram.bins - 1)
+        )
+    expected: dict[tuple[object, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    scale = 2**Histogram.WEIGHT_BITS
+    for groups in per_person.values():
+        for key in sorted(groups, key=sql_rank)[:g]:
+            bins = groups[key]
+            for b in set(bins):
+                c = bins.count(b)
+                # Round half away from zero, as DuckDB's ROUND does.
+                weight = c * scale if len(bins) <= k else math.floor(c * k * scale / len(bins) + 0.5)
+                expected[key][b] += weight
+    got = {key: dict(h) for key, h in zip(result.keys, result.histogram or [], strict=True)}
+    assert got == {key: dict(h) for key, h in expected.items()}
+    assert "__pp" not in render_sql(plan)  # histograms bound groups on the (person, group) table

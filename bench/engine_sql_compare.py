@@ -1,0 +1,82 @@
+"""The bounded-aggregation SQL of an earlier commit against today's, on one DuckDB connection, interleaved.
+
+Run from the repository root (after ``bench/engine_data.py`` wrote the data)::
+
+    .venv/bin/python bench/engine_sql_compare.py 82595f9 bench/.cache/people_10000000.parquet
+    .venv/bin/python bench/engine_sql_compare.py 82595f9 bench/.cache/people_10000000_spread.parquet
+
+Renders the SQL of ``bench/engine.py``'s query (public and private keys) with
+``src/dpkit/engine/_aggregation.py`` as of the given commit and as in the working tree, then runs
+the two texts and the plain GROUP BY alternately (``--repeats`` times each) and prints medians. Only
+the SQL is timed: no compile, no noise, no ledger.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dpkit import Session
+from dpkit import engine as E  # noqa: N812
+from dpkit.engine._aggregation import render_sql
+from dpkit.engine._compiler import aggregation_plan
+from dpkit.guarantees import ApproxDP
+
+
+def _module_at(commit: str) -> object:
+    text = subprocess.run(
+        ["git", "show", f"{commit}:src/dpkit/engine/_aggregation.py"], check=True, capture_output=True, text=True
+    ).stdout
+    path = Path(tempfile.mkdtemp()) / "aggregation_then.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location("aggregation_then", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["aggregation_then"] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("commit")
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--repeats", type=int, default=7)
+    args = parser.parse_args(argv)
+    then = _module_at(args.commit)
+    session = Session.from_parquet(args.data, name="people", privacy_unit="person_id", budget=ApproxDP(100, 1e-3))
+    connection = session._backend._connection
+    regions = [f"r{i:02d}" for i in range(50)]
+    plain = "SELECT region, count(*), sum(income) FROM people GROUP BY region"
+    for label, keys in (("public", regions), ("private", None)):
+        query = (
+            session.table()
+            .group_by("region", keys=keys)
+            .bound(rows_per_group=5, groups_per_person=1)
+            .agg(n=E.count(), s=E.sum("income", bounds=(0, 200000)))
+        )
+        compiled = session._compile(query, {"epsilon": 1.0, "delta": 1e-6})
+        plan = aggregation_plan(compiled, compiled.bounds, "benchmark-salt")
+        old_plan = then.AggregationPlan(**{f: getattr(plan, f) for f in plan.__dataclass_fields__})  # type: ignore[attr-defined]
+        texts = {args.commit: then.render_sql(old_plan), "working tree": render_sql(plan), "plain": plain}  # type: ignore[attr-defined]
+        times: dict[str, list[float]] = {name: [] for name in texts}
+        results = {}
+        for _ in range(args.repeats):
+            for name, text in texts.items():
+                start = time.perf_counter()
+                results[name] = sorted(connection.execute(text).fetchall(), key=repr)
+                times[name].append(time.perf_counter() - start)
+        same = results[args.commit] == results["working tree"]
+        medians = ", ".join(f"{name} {statistics.median(t):.3f} s" for name, t in times.items())
+        print(f"{args.data.name}, {label} keys: {medians}; identical aggregates: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -4,6 +4,8 @@ Run from the repository root (after ``bench/engine_data.py`` wrote the data)::
 
     .venv/bin/python bench/engine_sql_compare.py 82595f9 bench/.cache/people_10000000.parquet
     .venv/bin/python bench/engine_sql_compare.py 82595f9 bench/.cache/people_10000000_spread.parquet
+    .venv/bin/python bench/engine_sql_compare.py 82595f9 bench/.cache/people_10000000_spread.parquet \
+        --memory-limit 250MB --repeats 3
 
 Renders the SQL of ``bench/engine.py``'s query (public and private keys) with
 ``src/dpkit/engine/_aggregation.py`` as of the given commit and as in the working tree, then runs
@@ -48,10 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("commit")
     parser.add_argument("data", type=Path)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--memory-limit", default=None, help="DuckDB memory_limit, e.g. 250MB (spills to disk)")
     args = parser.parse_args(argv)
     then = _module_at(args.commit)
     session = Session.from_parquet(args.data, name="people", privacy_unit="person_id", budget=ApproxDP(100, 1e-3))
     connection = session._backend._connection
+    if args.memory_limit:
+        connection.execute(f"SET memory_limit = '{args.memory_limit}'")
     regions = [f"r{i:02d}" for i in range(50)]
     plain = "SELECT region, count(*), sum(income) FROM people GROUP BY region"
     for label, keys in (("public", regions), ("private", None)):

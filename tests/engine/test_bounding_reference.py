@@ -146,3 +146,25 @@ def test_histogram_weights_match_the_reference(g):
     got = {key: dict(h) for key, h in zip(result.keys, result.histogram or [], strict=True)}
     assert got == {key: dict(h) for key, h in expected.items()}
     assert "__pp" not in render_sql(plan)  # histograms bound groups on the (person, group) table
+
+
+def test_public_keys_that_the_engines_consider_equal_are_one_group():
+    # NaN equals NaN in DuckDB and Spark, and 0.0 equals -0.0: listed twice, they are still one group
+    # (before, two NaN keys listed one group twice and the second was released as an empty group).
+    frame = pd.DataFrame({"person_id": [1, 2, 3, 4], "x": [float("nan"), 0.0, -0.0, 1.0]})
+    session = E.Session.from_pandas(frame, name="t", privacy_unit="person_id", budget=dpkit.PureDP(100))
+    keys = [float("nan"), np.float64("nan"), 0.0, -0.0, 1.0, (float("nan"),)]
+    query = session.table().group_by("x", keys=keys)
+    assert len(query.plan.keys) == 3
+    _, result = _noiseless(session, query.agg(n=E.count()))
+    counts = {
+        "nan" if math.isnan(key[0]) else key[0]: rows
+        for key, rows in zip(result.keys, result.columns["rows"], strict=True)
+    }
+    assert counts == {"nan": 1, 0.0: 2, 1.0: 1}
+
+
+def _noiseless(session: E.Session, query: E.QueryBuilder):
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
+    plan = aggregation_plan(compiled, {}, SALT)
+    return plan, session._backend.run(plan)

@@ -37,7 +37,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from dpkit.engine._plan import Bin, GroupKey, Join
+from dpkit.engine._plan import Bin, GroupKey, Join, distinct
 
 __all__ = ["AggregationPlan", "AggregationResult", "Histogram", "Moment", "render_sql", "unit_exponent"]
 
@@ -173,7 +173,7 @@ class AggregationPlan:
             encoded = "".join("n" if v is None else f"v{len(repr(v))}:{v!r}" for v in key)
             return hashlib.sha256(f"{self.salt}|{encoded}".encode()).digest()
 
-        return tuple(sorted(dict.fromkeys(self.keys or ()), key=lambda key: (rank(key), repr(key))))
+        return tuple(sorted(distinct(list(self.keys or ())), key=lambda key: (rank(key), repr(key))))
 
     @property
     def bounds_groups(self) -> bool:

@@ -22,7 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query
+from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query, distinct
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpkit.engine._result import Preview, Result
@@ -75,7 +75,7 @@ def normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[
                 values = keys[group]
                 if isinstance(values, str | bytes) or not isinstance(values, Iterable):
                     raise InvalidParameterError(f"keys[{group!r}]", values, "must be a list of key values")
-                per_column.append(list(dict.fromkeys(values)))
+                per_column.append(distinct(list(values)))
             else:
                 raise InvalidParameterError("keys", keys, f"must give the public values of group column {group!r}")
         result = tuple(itertools.product(*per_column))
@@ -91,7 +91,7 @@ def normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[
                     "keys", keys, f"must be tuples of {len(group_by)} values (one per group column) or a mapping"
                 )
             result = tuple(items)
-        result = tuple(dict.fromkeys(result))
+        result = tuple(distinct(result))
     if not result:
         raise InvalidParameterError("keys", keys, "must contain at least one key")
     return result

@@ -29,6 +29,7 @@ __all__ = [
     "Join",
     "Query",
     "check_bounds_pair",
+    "distinct",
 ]
 
 AggregateKind = Literal["count", "count_distinct", "sum", "mean", "variance", "stddev", "quantiles"]
@@ -37,6 +38,24 @@ NUMERIC_KINDS = frozenset({"sum", "mean", "variance", "stddev", "quantiles"})
 
 #: Ask for clamping bounds to be estimated privately (a charged release).
 AUTO = "auto"
+
+
+def distinct(values: Sequence[Any]) -> list[Any]:
+    """``values`` without repeats as the engines compare them, first occurrence kept, order kept.
+
+    Like ``dict.fromkeys`` (so 0.0 and -0.0 are one value), except that every float NaN (in a
+    tuple too) is one value, as NaN equals NaN in DuckDB and Spark comparisons.
+    """
+
+    def canonical(value: Any) -> Any:
+        if isinstance(value, tuple):
+            return tuple(canonical(v) for v in value)
+        return ("<nan>",) if isinstance(value, float) and math.isnan(value) else value
+
+    first: dict[Any, Any] = {}
+    for value in values:
+        first.setdefault(canonical(value), value)
+    return list(first.values())
 
 
 def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:

@@ -385,3 +385,76 @@ def test_private_keys_threshold_the_released_count_when_there_is_one(people):
     distinct = s.table().group_by("region").agg(people=E.count_distinct(), n=E.count())
     compiled = compile_query(distinct.plan, s._context(), parse_request(s.budget, epsilon=1.0, delta=1e-6))
     assert compiled.selection_key == "persons"
+
+
+def test_private_keys_threshold_the_released_gaussian_count(people):
+    """Gaussian mode, COUNT and SUM with private keys: the discrete Gaussian COUNT selects the keys.
+
+    No pure-DP share: the whole epsilon goes to the zCDP part (converted at delta / 2) and the
+    selection costs delta / 2. Threshold checked against the discrete Gaussian's tail summed in mpmath.
+    """
+    import mpmath
+
+    from dpkit.mechanisms import DiscreteGaussian
+
+    s = session(people, budget=dpkit.ApproxDP(1.0, 1e-6))
+    query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2)
+    query = query.agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    request = parse_request(s.budget, epsilon=1.0, delta=1e-6, mechanism="gaussian")
+    compiled = compile_query(query.plan, s._context(), request)
+    assert compiled.gaussian_selection and compiled.selection_key == "rows" and "persons" not in compiled.shares
+    assert compiled.selection_epsilon == 0 and compiled.selection_delta == Fraction(1, 2) * Fraction(1, 10**6)
+    rho = sum(compiled.shares.values(), Fraction(0))
+    assert set(compiled.shares) == {"rows", "sum:income"}
+    assert dpkit.ZCDP(float(rho)).to_approx(5e-7).epsilon <= 1.0
+    assert dpkit.ZCDP(float(rho) * 1.01).to_approx(5e-7).epsilon > 1.0  # all of epsilon is used
+    mechanism = compiled.selection_mechanism(4)
+    assert isinstance(mechanism, DiscreteGaussian)
+    assert mechanism.sensitivity == pytest.approx(math.sqrt(2) * 3)  # sqrt(g) k
+    count_noise = compiled.mechanism(compiled.statistics[0], 4)
+    assert count_noise.mechanism.sigma == mechanism.sigma  # the released COUNT is the selection count
+    tau = compiled.selection_threshold(mechanism)
+    mpmath.mp.dps = 30
+    sigma = mpmath.mpf(mechanism.sigma)
+
+    def weight(x):
+        return mpmath.exp(-(mpmath.mpf(x) ** 2) / (2 * sigma**2))
+
+    total = 1 + 2 * mpmath.nsum(weight, [1, mpmath.inf])
+
+    def at_least(m):  # P[Z >= m]
+        return mpmath.nsum(weight, [m, mpmath.inf]) / total
+
+    target = mpmath.mpf(1e-6) / 2 / 2  # delta / 2 for selection, over g = 2 groups
+    assert at_least(tau - 3) <= target < at_least(tau - 4) * (1 + mpmath.mpf(1e-5))
+    result = s.release(query, epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(5))
+    assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+    entry = result.budget_split[0]
+    assert entry["statistic"] == "count of rows + partition selection"
+    assert entry["mechanism"] == f"DiscreteGaussian + threshold {tau}" and "rho" in entry and "epsilon" not in entry
+    frame = result.to_pandas()
+    assert sorted(frame.region) == sorted(REGIONS)
+    assert (frame.n_low <= frame.n).all() and (frame.n <= frame.n_high).all()
+    # With COUNT(DISTINCT person), its person count selects with discrete Laplace at a pure share.
+    distinct = s.table().group_by("region").agg(people=E.count_distinct(), n=E.count())
+    compiled = compile_query(distinct.plan, s._context(), request)
+    assert compiled.selection_key == "persons" and not compiled.gaussian_selection
+    assert 0 < compiled.selection_epsilon < 1
+
+
+def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_rate(people):
+    """Empirical: with delta large enough to measure, a group of one person (k rows) passes the threshold
+    at most delta / g of the time (Hoeffding margin at false-positive rate 1e-6), and one step lower it would not.
+    """
+    s = session(people, budget=dpkit.ApproxDP(10.0, 0.5))
+    query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2).agg(n=E.count())
+    request = parse_request(s.budget, epsilon=1.0, delta=0.2, mechanism="gaussian")
+    compiled = compile_query(query.plan, s._context(), request)
+    mechanism = compiled.selection_mechanism(1)
+    tau = compiled.selection_threshold(mechanism)
+    draws = 400_000
+    noisy = np.asarray(mechanism.release([3] * draws, rng=InsecureSeededRandom(11)), dtype=np.float64)
+    target = 0.2 / 2 / 2  # delta / 2 for selection, over g = 2 groups
+    margin = math.sqrt(math.log(1e6) / (2 * draws))
+    assert (noisy >= tau).mean() <= target + margin
+    assert (noisy >= tau - 2).mean() > target + margin  # a threshold two steps lower would break the claim

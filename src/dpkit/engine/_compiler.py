@@ -162,8 +162,9 @@ class CompiledQuery:
     gaussian_delta: Fraction  # delta used to convert the zCDP part to (eps, delta)
     cost: Guarantee
     split: tuple[tuple[str, str, str], ...] = field(default=())  # (statistic, mechanism, share) for display
-    #: The statistic whose noisy values select private keys: "rows" (the released COUNT itself,
-    #: Laplace mode: no budget share of its own) or "persons" (a count of people).
+    #: The statistic whose noisy values select private keys: "rows" (the released COUNT itself, no
+    #: budget share of its own; Laplace or Gaussian noise) or "persons" (a separate count of people
+    #: with discrete Laplace noise, at ``selection_epsilon``).
     selection_key: str = "persons"
 
     @property
@@ -250,26 +251,64 @@ class CompiledQuery:
         """The most one person adds to one group's selection count (k rows, or 1 person)."""
         return self.contribution.rows_per_group if self.selection_key == "rows" else 1
 
-    def selection_mechanism(self, dimension: int) -> DiscreteLaplace:
-        """Noise on the per-group counts (rows or persons, ``selection_key``) that select private keys."""
+    @property
+    def gaussian_selection(self) -> bool:
+        """Whether private keys are selected on the released Gaussian COUNT (no pure-DP share)."""
+        return self.selection_epsilon is not None and self.selection_key == "rows" and self.request.mode != "laplace"
+
+    def selection_mechanism(self, dimension: int) -> DiscreteLaplace | DiscreteGaussian:
+        """Noise on the per-group counts (rows or persons, ``selection_key``) that select private keys.
+
+        Discrete Laplace at ``selection_epsilon`` (sensitivity g b), or, in Gaussian mode when the
+        released COUNT selects, that COUNT's own discrete Gaussian (L2 sensitivity sqrt(g) k, its
+        rho share).
+        """
         if self.selection_epsilon is None:  # pragma: no cover - guarded by callers
             raise InternalError("no partition selection in this query")
-        sensitivity = self.groups_bound * self.selection_base
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyWarning)
+            if self.gaussian_selection:
+                rows = next(s for s in self.statistics if s.key == "rows")
+                return DiscreteGaussian(self.sensitivity(rows)[1], rho=_round_down(self.shares["rows"]))
+            sensitivity = self.groups_bound * self.selection_base
             return DiscreteLaplace(sensitivity, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
 
-    def selection_threshold(self, mechanism: DiscreteLaplace) -> int:
+    @property
+    def selection_share(self) -> dict[str, float]:
+        """What the selection statistic spends, for display: ``{"epsilon": ...}`` or ``{"rho": ...}``."""
+        if self.gaussian_selection:
+            return {"rho": float(self.shares["rows"])}
+        return {"epsilon": float(self.selection_epsilon or 0)}
+
+    def selection_threshold(self, mechanism: DiscreteLaplace | DiscreteGaussian) -> int:
         """Smallest tau with P[b + Z >= tau] <= delta / g for Z the selection noise (Korolova et al. 2009).
 
         b = :attr:`selection_base`: a person alone in a group adds at most b to its count and
         makes it appear; with at most g such groups per person the chance that any of them is
-        released is at most delta. P[Z >= m] = q^m / (1 + q) for m >= 1. On the groups present
-        in both neighbours, the noise is calibrated to the count's full sensitivity (g b).
+        released is at most delta. Discrete Laplace: P[Z >= m] = q^m / (1 + q) for m >= 1.
+        Discrete Gaussian: P[Z >= m] = P[|Z| > m - 1] / 2 by symmetry, an exact tail sum (with a
+        relative safety margin). On the groups present in both neighbours, the noise is calibrated
+        to the count's full sensitivity (g b in L1, or sqrt(g) b in L2 within the zCDP budget).
         """
-        q = math.exp(-1.0 / mechanism.scale)
         base = self.selection_base
         target = float(self.selection_delta) / self.groups_bound * (1 - 1e-9)
+        if isinstance(mechanism, DiscreteGaussian):
+
+            def upper(m: int) -> bool:
+                return mechanism.tail_probability(m - 1) / 2 * (1 + 1e-6) <= target
+
+            high = 1
+            while not upper(high):
+                high *= 2
+            low = high // 2  # upper(low) is false, or low = 0 (m >= 1 always)
+            while high - low > 1:
+                middle = (low + high) // 2
+                if upper(middle):
+                    high = middle
+                else:
+                    low = middle
+            return base + high
+        q = math.exp(-1.0 / mechanism.scale)
         tau = base + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
         while q ** (tau - base) / (1 + q) > target:
             tau += 1
@@ -296,7 +335,14 @@ class CompiledQuery:
             else:
                 rho += noise.rho_spent
         if self.selection_epsilon is not None:
-            pure += as_fraction(self.selection_mechanism(1).epsilon)
+            selector = self.selection_mechanism(1)
+            if isinstance(selector, DiscreteGaussian):
+                spent = selector.guarantee
+                if not isinstance(spent, ZCDP):  # pragma: no cover - a discrete Gaussian built from rho
+                    raise InternalError(f"selection noise has guarantee {spent}, expected zCDP")
+                rho += spent.rho_exact
+            else:
+                pure += as_fraction(selector.epsilon)
         cost = self.cost
         if isinstance(cost, ZCDP):
             ok = rho <= cost.rho_exact and pure == 0
@@ -585,7 +631,7 @@ def compile_query(
                 "(epsilon, delta) budget and delta > 0, e.g. delta=1e-6 (dpkit query: --delta 1e-6); "
                 "or give the public keys (keys=...; dpkit query: --keys COL=V1,V2)",
             )
-        if request.mode == "laplace" and "rows" in weights and "persons" not in weights:
+        if "rows" in weights and "persons" not in weights:
             selection_key = "rows"  # threshold the released COUNT itself: no separate share
         else:
             weights.setdefault("persons", 1.0)
@@ -651,17 +697,20 @@ def _allocate(
         rho = request.rho or Fraction(0)
         return {key: rho * f for key, f in fractions.items()}, None, Fraction(0), Fraction(0), ZCDP(rho, relation)  # type: ignore[arg-type]
     # Gaussian noise under an (epsilon, delta) budget: the statistics compose in zCDP (tight), and
-    # the total rho is converted once; partition selection (pure part + delta) is added on top.
+    # the total rho is converted once at half the delta; partition selection adds the other half.
+    # Selecting on a separate person count also adds that count's pure epsilon; selecting on the
+    # released COUNT of rows adds nothing else (its rho is already in the total).
     eps = request.epsilon or Fraction(0)
-    selection_epsilon = eps * fractions["persons"] if selection else None
+    separate = selection and selection_key == "persons"
+    selection_epsilon = eps * fractions["persons"] if separate else (Fraction(0) if selection else None)
     selection_delta = request.delta / 2 if selection else Fraction(0)
     gaussian_delta = request.delta - selection_delta
     remaining = eps - (selection_epsilon or Fraction(0))
     rho_total = _rho_for(remaining, gaussian_delta)
-    others = {key: f for key, f in fractions.items() if not (selection and key == "persons")}
+    others = {key: f for key, f in fractions.items() if not (separate and key == "persons")}
     other_total = sum(others.values(), Fraction(0))
     shares = {key: rho_total * f / other_total for key, f in others.items()}
-    if selection_epsilon is not None:
+    if separate and selection_epsilon is not None:
         shares["persons"] = selection_epsilon
     return shares, selection_epsilon, gaussian_delta, selection_delta, ApproxDP(eps, request.delta, relation)  # type: ignore[arg-type]
 

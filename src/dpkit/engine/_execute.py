@@ -25,6 +25,7 @@ from dpkit.engine._compiler import (
     log2_candidates,
 )
 from dpkit.engine._plan import AUTO
+from dpkit.mechanisms import DiscreteGaussian
 from dpkit.noise import RandomSource
 
 __all__ = ["Released", "execute"]
@@ -143,6 +144,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         chosen = compiled.selection_key
         noisy = selector.release(result.columns[chosen], rng=rng) if keys else []
         threshold = compiled.selection_threshold(selector)
+        l1, l2 = compiled.sensitivity(next(s for s in compiled.statistics if s.key == chosen))
         # Released groups are listed in key order (not the backend's hash order).
         kept = sorted((i for i, value in enumerate(noisy) if value >= threshold), key=lambda i: _sort_key(keys[i]))
         keys = [keys[i] for i in kept]
@@ -152,11 +154,11 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
                 "statistic": "partition selection (persons)"
                 if chosen == "persons"
                 else "count of rows + partition selection",
-                "mechanism": f"DiscreteLaplace + threshold {threshold}",
-                "epsilon": float(compiled.selection_epsilon or 0),
+                "mechanism": f"{type(selector).__name__} + threshold {threshold}",
+                **compiled.selection_share,
                 "delta": float(compiled.selection_delta),
-                "sensitivity": float(compiled.groups_bound * compiled.selection_base),
-                "scale": selector.scale,
+                "sensitivity": l2 if compiled.gaussian_selection else l1,
+                "scale": float(selector.sigma if isinstance(selector, DiscreteGaussian) else selector.scale),
                 "half_width": float(selector.noise_quantile(compiled.request.alpha)),
             }
         )

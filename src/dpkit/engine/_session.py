@@ -286,8 +286,8 @@ class Session:
                 rows.append(
                     {
                         "statistic": f"{statistic.key} (partition selection)",
-                        "mechanism": "DiscreteLaplace + threshold",
-                        "epsilon": float(compiled.selection_epsilon),
+                        "mechanism": f"{type(mechanism).__name__} + threshold",
+                        **compiled.selection_share,
                         "delta": float(compiled.selection_delta),
                         "threshold": compiled.selection_threshold(mechanism),
                         "expected_error": float(mechanism.expected_error),

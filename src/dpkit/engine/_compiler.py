@@ -293,21 +293,9 @@ class CompiledQuery:
         base = self.selection_base
         target = float(self.selection_delta) / self.groups_bound * (1 - 1e-9)
         if isinstance(mechanism, DiscreteGaussian):
-
-            def upper(m: int) -> bool:
-                return mechanism.tail_probability(m - 1) / 2 * (1 + 1e-6) <= target
-
-            high = 1
-            while not upper(high):
-                high *= 2
-            low = high // 2  # upper(low) is false, or low = 0 (m >= 1 always)
-            while high - low > 1:
-                middle = (low + high) // 2
-                if upper(middle):
-                    high = middle
-                else:
-                    low = middle
-            return base + high
+            # Smallest m >= 1 with P[|Z| > m - 1] <= 2 target: one more than the two-sided quantile
+            # (its own bisection over the exact tail), with a further relative margin of 1e-6.
+            return base + 1 + int(mechanism.noise_quantile(2 * target / (1 + 1e-6)))
         q = math.exp(-1.0 / mechanism.scale)
         tau = base + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
         while q ** (tau - base) / (1 + q) > target:

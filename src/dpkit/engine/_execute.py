@@ -144,7 +144,6 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         chosen = compiled.selection_key
         noisy = selector.release(result.columns[chosen], rng=rng) if keys else []
         threshold = compiled.selection_threshold(selector)
-        l1, l2 = compiled.sensitivity(next(s for s in compiled.statistics if s.key == chosen))
         # Released groups are listed in key order (not the backend's hash order).
         kept = sorted((i for i, value in enumerate(noisy) if value >= threshold), key=lambda i: _sort_key(keys[i]))
         keys = [keys[i] for i in kept]
@@ -157,7 +156,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
                 "mechanism": f"{type(selector).__name__} + threshold {threshold}",
                 **compiled.selection_share,
                 "delta": float(compiled.selection_delta),
-                "sensitivity": l2 if compiled.gaussian_selection else l1,
+                "sensitivity": float(selector.sensitivity),  # L1 (Laplace) or L2 (Gaussian)
                 "scale": float(selector.sigma if isinstance(selector, DiscreteGaussian) else selector.scale),
                 "half_width": float(selector.noise_quantile(compiled.request.alpha)),
             }

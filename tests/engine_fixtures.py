@@ -5,6 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from dpkit.engine._compiler import aggregation_plan, compile_query, parse_request
+
 
 def make_people(rows: int = 3000, people: int = 400, seed: int = 7) -> pd.DataFrame:
     """person_id, region (4 values), income (some NaN / inf / huge), age; people live in one region."""
@@ -18,3 +20,11 @@ def make_people(rows: int = 3000, people: int = 400, seed: int = 7) -> pd.DataFr
     income[7] = 5e9
     age = rng.integers(18, 90, rows).astype(np.int64)
     return pd.DataFrame({"person_id": person, "region": region, "income": income, "age": age})
+
+
+def exact_aggregates(session, query, bounds=None, *, salt: str = "salt", **cost):
+    """Compile ``query`` (default epsilon 1) and run its noiseless bounded aggregation: (compiled, result)."""
+    request = parse_request(session.budget, **(cost or {"epsilon": 1.0}))
+    compiled = compile_query(query.plan, session._context(), request, bounds=bounds)
+    resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
+    return compiled, session._backend.run(aggregation_plan(compiled, resolved, salt))

@@ -15,6 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 import pytest
+from engine_fixtures import exact_aggregates
 
 import dpkit
 from dpkit import engine as E
@@ -156,15 +157,9 @@ def test_public_keys_that_the_engines_consider_equal_are_one_group():
     keys = [float("nan"), np.float64("nan"), 0.0, -0.0, 1.0, (float("nan"),)]
     query = session.table().group_by("x", keys=keys)
     assert len(query.plan.keys) == 3
-    _, result = _noiseless(session, query.agg(n=E.count()))
+    _, result = exact_aggregates(session, query.agg(n=E.count()), salt=SALT)
     counts = {
         "nan" if math.isnan(key[0]) else key[0]: rows
         for key, rows in zip(result.keys, result.columns["rows"], strict=True)
     }
     assert counts == {"nan": 1, 0.0: 2, 1.0: 1}
-
-
-def _noiseless(session: E.Session, query: E.QueryBuilder):
-    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
-    plan = aggregation_plan(compiled, {}, SALT)
-    return plan, session._backend.run(plan)

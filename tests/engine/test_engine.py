@@ -8,6 +8,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
+from engine_fixtures import exact_aggregates
 
 import dpkit
 from dpkit import engine as E
@@ -22,15 +23,6 @@ def session(frame: pd.DataFrame, budget: dpkit.guarantees.Guarantee | None = Non
     return E.Session.from_pandas(
         frame, name="people", privacy_unit="person_id", budget=budget or dpkit.ApproxDP(1000, 1e-3), **options
     )
-
-
-def exact_aggregates(s: E.Session, query: E.QueryBuilder, bounds=None, **cost):
-    request = parse_request(s.budget, **(cost or {"epsilon": 1.0}))
-    compiled = compile_query(query.plan, s._context(), request, bounds=bounds)
-    from dpkit.engine._compiler import aggregation_plan
-
-    resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
-    return compiled, s._backend.run(aggregation_plan(compiled, resolved, "salt"))
 
 
 # -- bounding is what the docs say -----------------------------------------------------------------

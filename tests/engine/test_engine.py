@@ -427,11 +427,58 @@ def test_private_keys_threshold_the_released_gaussian_count(people):
     frame = result.to_pandas()
     assert sorted(frame.region) == sorted(REGIONS)
     assert (frame.n_low <= frame.n).all() and (frame.n <= frame.n_high).all()
-    # With COUNT(DISTINCT person), its person count selects with discrete Laplace at a pure share.
-    distinct = s.table().group_by("region").agg(people=E.count_distinct(), n=E.count())
-    compiled = compile_query(distinct.plan, s._context(), request)
-    assert compiled.selection_key == "persons" and not compiled.gaussian_selection
-    assert 0 < compiled.selection_epsilon < 1
+
+
+@pytest.mark.parametrize("released", [True, False])
+def test_private_keys_in_gaussian_mode_select_on_a_gaussian_person_count(people, released):
+    """COUNT(DISTINCT person) (released) or SUM alone (a person count for selection only), Gaussian
+    mode: the person count's discrete Gaussian selects, L2 sensitivity sqrt(g), one person adds 1;
+    no pure-DP share, the whole epsilon goes to zCDP. Threshold checked against an mpmath tail sum.
+    """
+    import mpmath
+
+    from dpkit.mechanisms import DiscreteGaussian
+
+    s = session(people, budget=dpkit.ApproxDP(1.0, 1e-6))
+    query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2)
+    if released:
+        query = query.agg(people=E.count_distinct(), n=E.count())
+    else:
+        query = query.agg(t=E.sum("income", bounds=(0, 1e5)))
+    request = parse_request(s.budget, epsilon=1.0, delta=1e-6, mechanism="gaussian")
+    compiled = compile_query(query.plan, s._context(), request)
+    assert compiled.gaussian_selection and compiled.selection_key == "persons"
+    assert compiled.selection_epsilon == 0 and compiled.selection_delta == Fraction(1, 2) * Fraction(1, 10**6)
+    rho = sum(compiled.shares.values(), Fraction(0))
+    assert dpkit.ZCDP(float(rho)).to_approx(5e-7).epsilon <= 1.0
+    assert dpkit.ZCDP(float(rho) * 1.01).to_approx(5e-7).epsilon > 1.0  # all of epsilon is used
+    mechanism = compiled.selection_mechanism(4)
+    assert isinstance(mechanism, DiscreteGaussian)
+    assert mechanism.sensitivity == pytest.approx(math.sqrt(2))  # sqrt(g), one person per group
+    assert mechanism.rho == pytest.approx(float(compiled.shares["persons"]))
+    tau = compiled.selection_threshold(mechanism)
+    mpmath.mp.dps = 30
+    sigma = mpmath.mpf(mechanism.sigma)
+
+    def weight(x):
+        return mpmath.exp(-(mpmath.mpf(x) ** 2) / (2 * sigma**2))
+
+    total = 1 + 2 * mpmath.nsum(weight, [1, mpmath.inf])
+
+    def at_least(m):  # P[Z >= m]
+        return mpmath.nsum(weight, [m, mpmath.inf]) / total
+
+    target = mpmath.mpf(1e-6) / 2 / 2  # delta / 2 for selection, over g = 2 groups
+    assert at_least(tau - 1) <= target < at_least(tau - 2) * (1 + mpmath.mpf(1e-5))
+    result = s.release(query, epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(5))
+    assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+    entry = result.budget_split[0]
+    assert entry["statistic"] == "partition selection (persons)"
+    assert entry["mechanism"] == f"DiscreteGaussian + threshold {tau}" and "rho" in entry and "epsilon" not in entry
+    assert all("epsilon" not in e for e in result.budget_split)
+    frame = result.to_pandas()
+    assert sorted(frame.region) == sorted(REGIONS)
+    assert ("people" in frame.columns) is released and "persons" not in frame.columns
 
 
 def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_rate(people):

@@ -329,6 +329,10 @@ def check_moments_and_counts(
             assert all(y - x in (0, 1) for x, y in zip(a, b, strict=True)), where
             assert changed <= laplace.groups_bound, where
             assert l1 <= selector.sensitivity, where
+            # Gaussian mode selects on the same counts with a discrete Gaussian: the L2 norm.
+            gaussian_selector = gaussian.selection_mechanism(dimension)
+            assert isinstance(gaussian_selector, DiscreteGaussian), where
+            assert l2_squared <= Fraction(gaussian_selector.sensitivity) ** 2, where
             continue
         bounds = fixed_bounds(laplace).get(statistic.column or "") if statistic.column else None
         sens_l1, sens_l2 = laplace.sensitivity(statistic, bounds)

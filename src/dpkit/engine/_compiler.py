@@ -163,8 +163,9 @@ class CompiledQuery:
     cost: Guarantee
     split: tuple[tuple[str, str, str], ...] = field(default=())  # (statistic, mechanism, share) for display
     #: The statistic whose noisy values select private keys: "rows" (the released COUNT itself, no
-    #: budget share of its own; Laplace or Gaussian noise) or "persons" (a separate count of people
-    #: with discrete Laplace noise, at ``selection_epsilon``).
+    #: budget share of its own) or "persons" (the count of people: released for COUNT(DISTINCT),
+    #: otherwise computed for selection only). Laplace mode: discrete Laplace at
+    #: ``selection_epsilon``; Gaussian mode: the statistic's discrete Gaussian at its rho share.
     selection_key: str = "persons"
 
     @property
@@ -253,23 +254,24 @@ class CompiledQuery:
 
     @property
     def gaussian_selection(self) -> bool:
-        """Whether private keys are selected on the released Gaussian COUNT (no pure-DP share)."""
-        return self.selection_epsilon is not None and self.selection_key == "rows" and self.request.mode != "laplace"
+        """Whether private keys are selected with discrete Gaussian noise (Gaussian mode: no pure-DP share)."""
+        return self.selection_epsilon is not None and self.request.mode != "laplace"
 
     def selection_mechanism(self, dimension: int) -> DiscreteLaplace | DiscreteGaussian:
         """Noise on the per-group counts (rows or persons, ``selection_key``) that select private keys.
 
-        Discrete Laplace at ``selection_epsilon`` (sensitivity g b), or, in Gaussian mode when the
-        released COUNT selects, that COUNT's own discrete Gaussian (L2 sensitivity sqrt(g) k, its
-        rho share).
+        Laplace mode: discrete Laplace at ``selection_epsilon`` (L1 sensitivity g b). Gaussian mode:
+        the selecting statistic's own discrete Gaussian (L2 sensitivity sqrt(g) b, its rho share,
+        part of the query's zCDP total).
         """
         if self.selection_epsilon is None:  # pragma: no cover - guarded by callers
             raise InternalError("no partition selection in this query")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyWarning)
             if self.gaussian_selection:
-                rows = next(s for s in self.statistics if s.key == "rows")
-                return DiscreteGaussian(self.sensitivity(rows)[1], rho=_round_down(self.shares["rows"]))
+                chosen = next(s for s in self.statistics if s.key == self.selection_key)
+                share = _round_down(self.shares[self.selection_key])
+                return DiscreteGaussian(self.sensitivity(chosen)[1], rho=share)
             sensitivity = self.groups_bound * self.selection_base
             return DiscreteLaplace(sensitivity, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
 
@@ -277,7 +279,7 @@ class CompiledQuery:
     def selection_share(self) -> dict[str, float]:
         """What the selection statistic spends, for display: ``{"epsilon": ...}`` or ``{"rho": ...}``."""
         if self.gaussian_selection:
-            return {"rho": float(self.shares["rows"])}
+            return {"rho": float(self.shares[self.selection_key])}
         return {"epsilon": float(self.selection_epsilon or 0)}
 
     def selection_threshold(self, mechanism: DiscreteLaplace | DiscreteGaussian) -> int:
@@ -686,20 +688,14 @@ def _allocate(
         return {key: rho * f for key, f in fractions.items()}, None, Fraction(0), Fraction(0), ZCDP(rho, relation)  # type: ignore[arg-type]
     # Gaussian noise under an (epsilon, delta) budget: the statistics compose in zCDP (tight), and
     # the total rho is converted once at half the delta; partition selection adds the other half.
-    # Selecting on a separate person count also adds that count's pure epsilon; selecting on the
-    # released COUNT of rows adds nothing else (its rho is already in the total).
+    # The selecting count (the released COUNT of rows, or the count of people, released or not) is
+    # one of those statistics, with discrete Gaussian noise: no pure-DP share.
     eps = request.epsilon or Fraction(0)
-    separate = selection and selection_key == "persons"
-    selection_epsilon = eps * fractions["persons"] if separate else (Fraction(0) if selection else None)
+    selection_epsilon = Fraction(0) if selection else None
     selection_delta = request.delta / 2 if selection else Fraction(0)
     gaussian_delta = request.delta - selection_delta
-    remaining = eps - (selection_epsilon or Fraction(0))
-    rho_total = _rho_for(remaining, gaussian_delta)
-    others = {key: f for key, f in fractions.items() if not (separate and key == "persons")}
-    other_total = sum(others.values(), Fraction(0))
-    shares = {key: rho_total * f / other_total for key, f in others.items()}
-    if separate and selection_epsilon is not None:
-        shares["persons"] = selection_epsilon
+    rho_total = _rho_for(eps, gaussian_delta)
+    shares = {key: rho_total * f for key, f in fractions.items()}
     return shares, selection_epsilon, gaussian_delta, selection_delta, ApproxDP(eps, request.delta, relation)  # type: ignore[arg-type]
 
 

@@ -242,7 +242,7 @@ def _describe(
         # scale * ln(candidates / alpha) of the best one (McSherry & Talwar 2007), i.e. the number of
         # bounded rows below it is within that many rows of level * rows (plus one bin's rows).
         entry["rank_half_width"] = mechanism.scale * math.log((QUANTILE_BINS + 1) / compiled.request.alpha)
-    if compiled.request.mode == "laplace" or (compiled.selection_epsilon is not None and statistic.key == "persons"):
+    if compiled.request.mode == "laplace":
         entry["epsilon"] = float(share)
     else:
         entry["rho"] = float(share)

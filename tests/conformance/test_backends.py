@@ -13,6 +13,7 @@ from engine_fixtures import make_people
 
 import dpkit
 from dpkit import engine as E
+from dpkit.engine._aggregation import render_sql, view_steps
 from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
 from dpkit.noise import InsecureSeededRandom
 
@@ -53,6 +54,11 @@ QUERIES = {
         q.group_by("region")
         .bound(rows_per_group=2, groups_per_person=2)
         .agg(n=E.count(), t=E.sum("income", bounds=(-50, 1e5)), p=E.count_distinct())
+    ),
+    "private keys, one group": lambda q: (
+        q.group_by("region")
+        .bound(rows_per_group=3, groups_per_person=1)
+        .agg(n=E.count(), t=E.sum("age", bounds=(0, 99)))
     ),
     "filter and join": lambda q: (
         q.join("regions", on="region")
@@ -111,3 +117,39 @@ def test_schemas_agree(engines):
     for column in ("person_id", "income", "age", "region"):
         assert duck.columns[column].numeric == spark.columns[column].numeric
         assert duck.columns[column].integer == spark.columns[column].integer
+
+
+def _plan(session, name):
+    query = QUERIES[name](session.table())
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
+    bounds = {c: b for c, b in compiled.bounds.items() if isinstance(b, tuple)}
+    return aggregation_plan(compiled, bounds, "a fixed salt")
+
+
+@pytest.mark.parametrize("name", sorted(QUERIES))
+def test_the_query_split_into_views_gives_the_same_rows(engines, name):
+    """Spark runs the text split at its CTEs (cached views first); the split, run on DuckDB, agrees."""
+    duck, _ = engines
+    text = render_sql(_plan(duck, name))
+    connection = duck._backend._connection
+    steps, final = view_steps(text, "duckdb", "__split_test_")
+    assert steps and "WITH" not in final.upper().split("SELECT")[0]
+    try:
+        for view, query, cache in steps:
+            connection.execute(f"CREATE TEMP {'TABLE' if cache else 'VIEW'} {view} AS {query}")
+        assert sorted(connection.execute(final).fetchall(), key=repr) == sorted(
+            connection.execute(text).fetchall(), key=repr
+        )
+    finally:
+        for view, _, cache in reversed(steps):
+            connection.execute(f"DROP {'TABLE' if cache else 'VIEW'} IF EXISTS {view}")
+
+
+def test_spark_leaves_no_views_or_cached_data_behind(engines):
+    _, spark = engines
+    session = spark._backend._spark
+    before = {t.name for t in session.catalog.listTables()}
+    spark._backend.run(_plan(spark, "private keys, one group"))
+    after = {t.name for t in session.catalog.listTables()}
+    assert session._jsparkSession.sharedState().cacheManager().isEmpty()  # nothing left cached
+    assert after == before and not any(name.startswith("__dpkit_") for name in after)

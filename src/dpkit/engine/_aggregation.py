@@ -31,6 +31,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -392,16 +393,18 @@ def _render_bounded(plan: AggregationPlan, raw: str, groups: list[str], keep: li
                 f"__pp AS MATERIALIZED (SELECT __pid, MIN(__ki) AS __lo, MAX(__ki) AS __hi, COUNT(*) AS __n{sums} "
                 "FROM __base GROUP BY __pid)"
             )
+            # The people in several groups, usually few: materialised on its own, so that an engine
+            # that plans each CTE reference afresh (Spark) can see its real size and broadcast it.
+            ctes.append(f"__m AS MATERIALIZED (SELECT __pid{', __lo' if g == 1 else ''} FROM __pp WHERE __lo <> __hi)")
             if g == 1:  # a person in several groups keeps the one of lowest index: aggregate only its rows
                 mixed = (
-                    f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN "
-                    "(SELECT __pid, __lo FROM __pp WHERE __lo <> __hi) AS __m "
+                    f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN __m "
                     "ON __r.__pid = __m.__pid AND __r.__ki = __m.__lo GROUP BY __r.__pid, __r.__ki"
                 )
             else:
                 ctes.append(
-                    f"__mpg AS (SELECT __pid, __ki, COUNT(*) AS __n{sums} FROM __base SEMI JOIN "
-                    "(SELECT __pid FROM __pp WHERE __lo <> __hi) AS __m USING (__pid) GROUP BY __pid, __ki)"
+                    f"__mpg AS (SELECT __pid, __ki, COUNT(*) AS __n{sums} FROM __base SEMI JOIN __m "
+                    "USING (__pid) GROUP BY __pid, __ki)"
                 )
                 mixed = (
                     f"SELECT __ki, __n{kept} FROM (SELECT __mpg.*, ROW_NUMBER() OVER (PARTITION BY __pid "
@@ -456,16 +459,55 @@ def _render_bounded(plan: AggregationPlan, raw: str, groups: list[str], keep: li
     )
 
 
+def _foreign_tree(sql: str) -> exp.Expression:
+    # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
+    # cast or an overflow gives NULL (see SparkBackend.run).
+    return sqlglot.parse_one(sql, read="duckdb").transform(
+        lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node
+    )
+
+
+def _without_hints(tree: exp.Expression, dialect: str) -> str:
+    # Nor does Spark take MATERIALIZED hints on CTEs: it plans each reference itself.
+    for cte in tree.find_all(exp.CTE):
+        cte.set("materialized", None)
+    return tree.sql(dialect=dialect)
+
+
 def to_dialect(sql: str, dialect: str) -> str:
     """Transpile the DuckDB text to another engine's dialect (sqlglot)."""
     if dialect == "duckdb":
         return sql
-    # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
-    # cast or an overflow gives NULL (see SparkBackend.run).
-    # Nor does it take MATERIALIZED hints on CTEs: it plans each reference itself.
-    tree = sqlglot.parse_one(sql, read="duckdb").transform(
-        lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node
-    )
-    for cte in tree.find_all(exp.CTE):
-        cte.set("materialized", None)
-    return tree.sql(dialect=dialect)
+    return _without_hints(_foreign_tree(sql), dialect)
+
+
+def view_steps(sql: str, dialect: str, prefix: str) -> tuple[list[tuple[str, str, bool]], str]:
+    """The DuckDB text split into one query per CTE, for an engine that plans each CTE reference afresh.
+
+    Returns ``[(view, query, cache), ...]`` and the final query, all in ``dialect`` and with no WITH
+    clause: the caller registers each query in order as a temporary view named ``view`` (``prefix``
+    + the CTE's name; later queries read it under that name), computed once and cached when
+    ``cache`` (the CTE was MATERIALIZED), then runs the final query. The result is the same as
+    :func:`to_dialect`'s single query.
+    """
+    tree = _foreign_tree(sql)
+    clause = tree.args.get("with_")
+    steps: list[tuple[str, str, bool]] = []
+    names: dict[str, str] = {}
+    for cte in clause.expressions if clause is not None else []:
+        view = f"{prefix}{cte.alias}"
+        body = _read_views(cte.this.copy(), names)
+        steps.append((view, _without_hints(body, dialect), bool(cte.args.get("materialized"))))
+        names[cte.alias] = view
+    tree.set("with_", None)
+    return steps, _without_hints(_read_views(tree, names), dialect)
+
+
+def _read_views(tree: exp.Expression, names: Mapping[str, str]) -> exp.Expression:
+    """``tree`` with each reference to a CTE in ``names`` reading its view (under the CTE's name as alias)."""
+    for table in list(tree.find_all(exp.Table)):
+        if not table.args.get("db") and table.name in names:
+            alias = table.alias or table.name
+            table.set("this", exp.to_identifier(names[table.name]))
+            table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+    return tree

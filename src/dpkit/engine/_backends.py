@@ -5,20 +5,28 @@ metadata, read without touching rows), and runs an :class:`AggregationPlan`, ret
 integer aggregates. Noise is never drawn here.
 
 DuckDB (embedded) is the default; Spark (``pyspark``) runs the very same SQL text, transpiled
-by sqlglot. Both load lazily, with an install hint when missing.
+by sqlglot, with the CTEs DuckDB materialises cached as temporary views first. Both load lazily,
+with an install hint when missing.
 """
 
 from __future__ import annotations
 
 import importlib
 import os
+import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._aggregation import AggregationPlan, AggregationResult, render_sql, to_dialect
+from dpkit.engine._aggregation import (
+    AggregationPlan,
+    AggregationResult,
+    render_sql,
+    to_dialect,
+    view_steps,
+)
 
 __all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
 
@@ -207,11 +215,27 @@ class SparkBackend:
     def run(self, plan: AggregationPlan) -> AggregationResult:
         # ANSI mode off for this query: a failing cast or overflow in a WHERE condition gives NULL
         # (the row is excluded) instead of an error that one person's rows could trigger.
+        # The CTEs DuckDB materialises (the per-person table, the people in several groups, the
+        # private key list) are cached here as temporary views first: Spark would otherwise compute
+        # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
+        steps, final = view_steps(render_sql(plan), "spark", f"__dpkit_{uuid.uuid4().hex}_")
+        views: list[tuple[str, Any]] = []
         previous = self._spark.conf.get("spark.sql.ansi.enabled", None)
         self._spark.conf.set("spark.sql.ansi.enabled", "false")
         try:
-            rows = self._spark.sql(to_dialect(render_sql(plan), "spark")).collect()
+            for view, text, cache in steps:
+                frame = self._spark.sql(text)
+                if cache:
+                    frame = frame.persist()
+                views.append((view, frame))
+                frame.createOrReplaceTempView(view)
+                if cache:
+                    frame.count()  # computed once, before the queries that read it
+            rows = self._spark.sql(final).collect()
         finally:
+            for view, frame in views:
+                self._spark.catalog.dropTempView(view)
+                frame.unpersist()
             if previous is None:
                 self._spark.conf.unset("spark.sql.ansi.enabled")
             else:

@@ -24,9 +24,9 @@ from collections.abc import Iterable
 from fractions import Fraction
 
 import numpy as np
-from scipy.special import gammaln, logsumexp
 
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import as_fraction, check_delta
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.events import (
@@ -41,6 +41,8 @@ from dpkit.events import (
     SelfComposedEvent,
 )
 from dpkit.guarantees import ApproxDP, Guarantee, NeighbourRelation, PureDP, round_up
+
+special = LazyModule("scipy.special")
 
 __all__ = [
     "AdvancedAccountant",
@@ -361,9 +363,9 @@ def optimal_composition_delta(epsilon: float, delta: float, count: int, target_e
         keep = log_first > log_second
         ell, log_first, log_second = ell[keep], log_first[keep], log_second[keep]
     if top > 0 and ell.size:
-        log_choose = gammaln(k + 1.0) - gammaln(ell + 1.0) - gammaln(k - ell + 1.0)
+        log_choose = special.gammaln(k + 1.0) - special.gammaln(ell + 1.0) - special.gammaln(k - ell + 1.0)
         log_terms = log_choose + log_first + np.log(-np.expm1(log_second - log_first)) - log_norm
-        mass = float(np.exp(logsumexp(log_terms)))
+        mass = float(np.exp(special.logsumexp(log_terms)))
     else:
         mass = 0.0
     mass = min(mass, 1.0)

@@ -13,8 +13,8 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from scipy import optimize
 
+from dpkit._lazy import LazyModule
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.accounting._hypothesis import gaussian_delta, gaussian_epsilon
 from dpkit.events import (
@@ -26,6 +26,8 @@ from dpkit.events import (
     SampledWithoutReplacementEvent,
 )
 from dpkit.guarantees import NeighbourRelation
+
+optimize = LazyModule("scipy.optimize")
 
 __all__ = ["GDPAccountant", "SaddlePointAccountant"]
 

@@ -24,11 +24,14 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy import optimize, special
 
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_delta, check_positive
 from dpkit.events import GaussianEvent, LaplaceEvent
+
+optimize = LazyModule("scipy.optimize")
+special = LazyModule("scipy.special")
 
 __all__ = [
     "gaussian_delta",

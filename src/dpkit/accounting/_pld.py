@@ -48,12 +48,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
-import scipy.fft
-import scipy.signal
-import scipy.special
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_positive
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.events import (
@@ -69,6 +67,10 @@ from dpkit.events import (
     SampledWithoutReplacementEvent,
 )
 from dpkit.guarantees import NeighbourRelation
+
+fft = LazyModule("scipy.fft")
+signal = LazyModule("scipy.signal")
+special = LazyModule("scipy.special")
 
 __all__ = ["PLDAccountant", "PrivacyLossDistribution"]
 
@@ -132,7 +134,7 @@ class PrivacyLossDistribution:
 
 
 def _norm_sf(z: FloatArray) -> FloatArray:
-    return np.asarray(scipy.special.ndtr(-z), dtype=np.float64)
+    return np.asarray(special.ndtr(-z), dtype=np.float64)
 
 
 def _gaussian_pair(sigma: float) -> _Pair:
@@ -234,8 +236,8 @@ def _subsampled_gaussian_pair(q: float, sigma: float, *, remove: bool) -> _Pair:
         with np.errstate(divide="ignore", invalid="ignore"):
             c = np.log(np.where(arg > 0, arg, 1.0) / q)
         t = np.where(arg > 0, s2 * c + 0.5, -np.inf)
-        p_below = np.asarray(scipy.special.ndtr(t / sigma), dtype=np.float64)
-        return p_below, q * np.asarray(scipy.special.ndtr((t - 1.0) / sigma)) + (1.0 - q) * p_below
+        p_below = np.asarray(special.ndtr(t / sigma), dtype=np.float64)
+        return p_below, q * np.asarray(special.ndtr((t - 1.0) / sigma)) + (1.0 - q) * p_below
 
     # lower end: y beyond 12 sigma under N(0, s^2) has mass < 1e-32; lumped upward.
     y_far = 12.0 * sigma + 1.0
@@ -431,15 +433,15 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
     upper_tail = 0.0
     if upper < top:
         upper_tail = float(np.exp(np.min(up - _LAMBDAS * (upper + 1) * h)))
-    n = scipy.fft.next_fast_len(upper - lower + 1, real=True)
+    n = fft.next_fast_len(upper - lower + 1, real=True)
     spectrum: NDArray[np.complex128] | None = None
     for p, c in parts:
-        one = np.asarray(scipy.fft.rfft(_fold(p.probs, n), n))
+        one = np.asarray(fft.rfft(_fold(p.probs, n), n))
         powered = one**c if c > 1 else one
         spectrum = powered if spectrum is None else spectrum * powered
     if spectrum is None:
         raise InternalError("nothing to compose")
-    cyclic = np.asarray(scipy.fft.irfft(spectrum, n))
+    cyclic = np.asarray(fft.irfft(spectrum, n))
     # cyclic[r] holds the mass of losses (base + r + m n) h for all m; read the window [lower, ...).
     window = np.roll(cyclic, -((lower - base) % n))[: upper - lower + 1]
     window = np.maximum(window, 0.0)
@@ -483,7 +485,7 @@ def _profile(pld: _Pld, h: float) -> tuple[FloatArray, FloatArray, FloatArray]:
     decay = math.exp(-h)
     reversed_probs = probs[::-1]
     shifted = np.concatenate([[0.0], reversed_probs[:-1]])
-    weighted = np.asarray(scipy.signal.lfilter([decay], [1.0, -decay], shifted))[::-1]
+    weighted = np.asarray(signal.lfilter([decay], [1.0, -decay], shifted))[::-1]
     return losses, above, weighted
 
 

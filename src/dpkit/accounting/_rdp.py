@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import special
 
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.events import (
     ComposedEvent,
@@ -37,6 +37,8 @@ from dpkit.events import (
     ZCDPEvent,
 )
 from dpkit.guarantees import NeighbourRelation
+
+special = LazyModule("scipy.special")
 
 __all__ = ["RDPAccountant"]
 

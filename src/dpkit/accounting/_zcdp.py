@@ -10,8 +10,7 @@ from __future__ import annotations
 import functools
 import math
 
-from scipy import optimize
-
+from dpkit._lazy import LazyModule
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.accounting._rdp import grouped_event
 from dpkit.events import (
@@ -28,6 +27,8 @@ from dpkit.events import (
     ZCDPEvent,
 )
 from dpkit.guarantees import ZCDP, NeighbourRelation, round_up
+
+optimize = LazyModule("scipy.optimize")
 
 __all__ = ["ZCDPAccountant"]
 

@@ -13,10 +13,11 @@ import math
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from scipy import optimize
-
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive
+
+optimize = LazyModule("scipy.optimize")
 
 __all__ = ["ApproxDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "round_up"]
 

@@ -40,15 +40,18 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize, special
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha
 from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like
 from dpkit.noise import RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
+
+optimize = LazyModule("scipy.optimize")
+special = LazyModule("scipy.special")
 
 __all__ = [
     "Gaussian",

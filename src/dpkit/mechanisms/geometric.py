@@ -26,9 +26,9 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import optimize
 
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import (
     as_fraction,
     check_data,
@@ -41,6 +41,8 @@ from dpkit.events import DiscreteLaplaceEvent
 from dpkit.guarantees import ApproxDP, PureDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha
 from dpkit.noise import MAX_SCALE, RandomSource, constant_time_tv_bound, discrete_laplace, resolve_source
+
+optimize = LazyModule("scipy.optimize")
 
 __all__ = ["DiscreteLaplace", "Geometric", "check_integer_sensitivity"]
 

@@ -14,9 +14,10 @@ import threading
 from collections.abc import Callable
 from fractions import Fraction
 
-import mpmath
-
+from dpkit._lazy import LazyModule
 from dpkit.noise._random import RandomSource
+
+mpmath = LazyModule("mpmath")
 
 __all__ = ["LazyUniform", "exp_neg_interval", "fraction_interval", "logistic_interval"]
 

@@ -17,11 +17,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import scipy.optimize
-
 from dpkit._errors import InvalidParameterError
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_integer, check_positive
 from dpkit.risk._laplace import laplace_confidence
+
+optimize = LazyModule("scipy.optimize")
 
 __all__ = ["CostModel"]
 
@@ -112,8 +113,8 @@ class CostModel:
 
             if h(eps0) <= 0:  # cannot happen for E > 0 (h(eps0) > 0); kept as a guard
                 raise InvalidParameterError("epsilon0", epsilon0, "gives no interior optimum")
-            return float(scipy.optimize.brentq(h, low, eps0, xtol=1e-15, rtol=1e-13, maxiter=500))
-        result = scipy.optimize.minimize_scalar(
+            return float(optimize.brentq(h, low, eps0, xtol=1e-15, rtol=1e-13, maxiter=500))
+        result = optimize.minimize_scalar(
             lambda e: self.expected_budget(e, eps0, k), bounds=(1e-12, eps0), method="bounded", options={"xatol": 1e-10}
         )
         return float(result.x)

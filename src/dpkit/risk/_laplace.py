@@ -54,10 +54,12 @@ import math
 from typing import Any
 
 import numpy as np
-import scipy.optimize
-import scipy.special
 
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_integer, check_positive, check_probability
+
+optimize = LazyModule("scipy.optimize")
+special = LazyModule("scipy.special")
 
 __all__ = ["abs_laplace_sum_cdf", "epsilon_at_risk", "laplace_confidence", "laplace_risk"]
 
@@ -75,10 +77,10 @@ def abs_laplace_sum_cdf(x: float, dimension: int) -> float:
     if math.isinf(x):
         return 1.0
     j = np.arange(k, dtype=np.float64)
-    log_weights = (scipy.special.gammaln(k + j) - scipy.special.gammaln(j + 1.0) - scipy.special.gammaln(float(k))) - (
+    log_weights = (special.gammaln(k + j) - special.gammaln(j + 1.0) - special.gammaln(float(k))) - (
         k - 1 + j
     ) * math.log(2.0)
-    value = float(np.sum(np.exp(log_weights) * scipy.special.gammainc(k - j, x)))
+    value = float(np.sum(np.exp(log_weights) * special.gammainc(k - j, x)))
     return min(1.0, max(0.0, value))
 
 
@@ -150,7 +152,7 @@ def epsilon_at_risk(risk: float, epsilon0: float, dimension: int = 1) -> float:
     if k == 1:
         return min(eps0, -math.log1p((1.0 - gamma) * math.expm1(-eps0)))
     target = 1.0 - gamma
-    root = scipy.optimize.brentq(
+    root = optimize.brentq(
         lambda e: laplace_confidence(e, eps0, k) - target, 0.0, eps0, xtol=1e-14, rtol=1e-14, maxiter=500
     )
     return float(root)

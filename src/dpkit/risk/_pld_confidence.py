@@ -32,12 +32,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import scipy.special
 
 from dpkit._errors import UnsupportedEventError
+from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_positive
 from dpkit.accounting import PLDAccountant
 from dpkit.events import GaussianEvent, LaplaceEvent, PrivacyEvent, SelfComposedEvent
+
+special = LazyModule("scipy.special")
 
 __all__ = ["confidence_from_accountant", "gaussian_loss_confidence", "laplace_loss_confidence"]
 
@@ -58,7 +60,7 @@ def gaussian_loss_confidence(epsilon: float, noise_multiplier: float, count: int
     mu = math.sqrt(count) / sigma
     if math.isinf(eps):
         return 1.0
-    return float(scipy.special.ndtr((eps - mu * mu / 2.0) / mu))
+    return float(special.ndtr((eps - mu * mu / 2.0) / mu))
 
 
 def laplace_loss_confidence(epsilon: float, epsilon0: float) -> float:

@@ -379,13 +379,31 @@ def test_private_keys_threshold_the_released_count_when_there_is_one(people):
     assert compiled.selection_key == "persons"
 
 
+def assert_threshold_meets_the_exact_tail(sigma: float, tau: int, *, base: int, target: float) -> None:
+    """tau is the smallest threshold with P[base + Z >= tau] <= target, Z discrete Gaussian (mpmath tail sums)."""
+    import mpmath
+
+    mpmath.mp.dps = 30
+    s2 = mpmath.mpf(sigma) ** 2
+
+    def weight(x):
+        return mpmath.exp(-(mpmath.mpf(x) ** 2) / (2 * s2))
+
+    total = 1 + 2 * mpmath.nsum(weight, [1, mpmath.inf])
+
+    def at_least(m):  # P[Z >= m]
+        return mpmath.nsum(weight, [m, mpmath.inf]) / total
+
+    bound = mpmath.mpf(target)
+    assert at_least(tau - base) <= bound < at_least(tau - base - 1) * (1 + mpmath.mpf(1e-5))
+
+
 def test_private_keys_threshold_the_released_gaussian_count(people):
     """Gaussian mode, COUNT and SUM with private keys: the discrete Gaussian COUNT selects the keys.
 
     No pure-DP share: the whole epsilon goes to the zCDP part (converted at delta / 2) and the
     selection costs delta / 2. Threshold checked against the discrete Gaussian's tail summed in mpmath.
     """
-    import mpmath
 
     from dpkit.mechanisms import DiscreteGaussian
 
@@ -406,19 +424,7 @@ def test_private_keys_threshold_the_released_gaussian_count(people):
     count_noise = compiled.mechanism(compiled.statistics[0], 4)
     assert count_noise.mechanism.sigma == mechanism.sigma  # the released COUNT is the selection count
     tau = compiled.selection_threshold(mechanism)
-    mpmath.mp.dps = 30
-    sigma = mpmath.mpf(mechanism.sigma)
-
-    def weight(x):
-        return mpmath.exp(-(mpmath.mpf(x) ** 2) / (2 * sigma**2))
-
-    total = 1 + 2 * mpmath.nsum(weight, [1, mpmath.inf])
-
-    def at_least(m):  # P[Z >= m]
-        return mpmath.nsum(weight, [m, mpmath.inf]) / total
-
-    target = mpmath.mpf(1e-6) / 2 / 2  # delta / 2 for selection, over g = 2 groups
-    assert at_least(tau - 3) <= target < at_least(tau - 4) * (1 + mpmath.mpf(1e-5))
+    assert_threshold_meets_the_exact_tail(mechanism.sigma, tau, base=3, target=1e-6 / 2 / 2)  # delta/2, g = 2
     result = s.release(query, epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(5))
     assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
     entry = result.budget_split[0]
@@ -435,7 +441,6 @@ def test_private_keys_in_gaussian_mode_select_on_a_gaussian_person_count(people,
     mode: the person count's discrete Gaussian selects, L2 sensitivity sqrt(g), one person adds 1;
     no pure-DP share, the whole epsilon goes to zCDP. Threshold checked against an mpmath tail sum.
     """
-    import mpmath
 
     from dpkit.mechanisms import DiscreteGaussian
 
@@ -457,19 +462,7 @@ def test_private_keys_in_gaussian_mode_select_on_a_gaussian_person_count(people,
     assert mechanism.sensitivity == pytest.approx(math.sqrt(2))  # sqrt(g), one person per group
     assert mechanism.rho == pytest.approx(float(compiled.shares["persons"]))
     tau = compiled.selection_threshold(mechanism)
-    mpmath.mp.dps = 30
-    sigma = mpmath.mpf(mechanism.sigma)
-
-    def weight(x):
-        return mpmath.exp(-(mpmath.mpf(x) ** 2) / (2 * sigma**2))
-
-    total = 1 + 2 * mpmath.nsum(weight, [1, mpmath.inf])
-
-    def at_least(m):  # P[Z >= m]
-        return mpmath.nsum(weight, [m, mpmath.inf]) / total
-
-    target = mpmath.mpf(1e-6) / 2 / 2  # delta / 2 for selection, over g = 2 groups
-    assert at_least(tau - 1) <= target < at_least(tau - 2) * (1 + mpmath.mpf(1e-5))
+    assert_threshold_meets_the_exact_tail(mechanism.sigma, tau, base=1, target=1e-6 / 2 / 2)  # delta/2, g = 2
     result = s.release(query, epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(5))
     assert result.guarantee == dpkit.ApproxDP(1.0, 1e-6)
     entry = result.budget_split[0]

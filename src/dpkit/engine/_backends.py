@@ -219,23 +219,20 @@ class SparkBackend:
         # private key list) are cached here as temporary views first: Spark would otherwise compute
         # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
         steps, final = view_steps(render_sql(plan), "spark", f"__dpkit_{uuid.uuid4().hex}_")
-        views: list[tuple[str, Any]] = []
+        views: list[str] = []
         previous = self._spark.conf.get("spark.sql.ansi.enabled", None)
         self._spark.conf.set("spark.sql.ansi.enabled", "false")
         try:
             for view, text, cache in steps:
                 frame = self._spark.sql(text)
-                if cache:
-                    frame = frame.persist()
-                views.append((view, frame))
                 frame.createOrReplaceTempView(view)
+                views.append(view)
                 if cache:
-                    frame.count()  # computed once, before the queries that read it
+                    frame.persist().count()  # computed once, before the queries that read it
             rows = self._spark.sql(final).collect()
         finally:
-            for view, frame in views:
-                self._spark.catalog.dropTempView(view)
-                frame.unpersist()
+            for view in views:
+                self._spark.catalog.dropTempView(view)  # also uncaches it
             if previous is None:
                 self._spark.conf.unset("spark.sql.ansi.enabled")
             else:

@@ -266,12 +266,14 @@ class CompiledQuery:
         """
         if self.selection_epsilon is None:  # pragma: no cover - guarded by callers
             raise InternalError("no partition selection in this query")
+        if self.gaussian_selection:
+            chosen = next(s for s in self.statistics if s.key == self.selection_key)
+            noise = self.mechanism(chosen, dimension)  # the count's own release mechanism
+            if not isinstance(noise, VectorNoise) or not isinstance(noise.mechanism, DiscreteGaussian):
+                raise InternalError(f"selection count has mechanism {noise.name}, expected DiscreteGaussian")
+            return noise.mechanism
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyWarning)
-            if self.gaussian_selection:
-                chosen = next(s for s in self.statistics if s.key == self.selection_key)
-                share = _round_down(self.shares[self.selection_key])
-                return DiscreteGaussian(self.sensitivity(chosen)[1], rho=share)
             sensitivity = self.groups_bound * self.selection_base
             return DiscreteLaplace(sensitivity, _round_down(self.selection_epsilon), dimension=max(dimension, 1))
 

@@ -1,6 +1,6 @@
 """dpkit: differentially private data analysis.
 
-The public words: guarantees (``PureDP``, ``ApproxDP``, ``ZCDP``), mechanisms (``Laplace``,
+The public words: guarantees (``PureDP``, ``ApproxDP``, ``ZCDP``, ``ApproxZCDP``), mechanisms (``Laplace``,
 ``Gaussian``, ``DiscreteLaplace``, ...), the error family rooted at ``DPError``, and the
 subpackages ``dpkit.noise`` (secure exact samplers), ``dpkit.events`` and ``dpkit.audit``.
 
@@ -23,7 +23,7 @@ from dpkit._errors import (
     UnsupportedEventError,
 )
 from dpkit.engine import Session
-from dpkit.guarantees import ZCDP, ApproxDP, NeighbourRelation, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, NeighbourRelation, PureDP
 from dpkit.mechanisms import (
     DiscreteGaussian,
     DiscreteLaplace,
@@ -43,6 +43,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ApproxDP",
+    "ApproxZCDP",
     "BudgetExceededError",
     "DPError",
     "DiscreteGaussian",

@@ -193,10 +193,12 @@ def _budget(args: argparse.Namespace) -> int:
 
 
 def _exact_parts(guarantee: Any) -> dict[str, Fraction]:
-    from dpkit.guarantees import ZCDP, PureDP
+    from dpkit.guarantees import ZCDP, ApproxZCDP, PureDP
 
     if isinstance(guarantee, ZCDP):
         return {"rho": guarantee.rho_exact}
+    if isinstance(guarantee, ApproxZCDP):
+        return {"rho": guarantee.rho_exact, "delta": guarantee.delta_exact}
     if isinstance(guarantee, PureDP):
         return {"epsilon": guarantee.epsilon_exact}
     return {"epsilon": guarantee.epsilon_exact, "delta": guarantee.delta_exact}

@@ -474,6 +474,58 @@ def test_private_keys_in_gaussian_mode_select_on_a_gaussian_person_count(people,
     assert ("people" in frame.columns) is released and "persons" not in frame.columns
 
 
+def test_an_approximate_zcdp_budget_gives_selection_the_whole_delta_and_charges_rho(people):
+    """ApproxZCDP budget, private keys: the statistics share rho, the query's whole delta goes to key
+    selection (no per-query conversion), and the cost is ApproxZCDP(rho, delta), debited exactly.
+    Threshold checked against an mpmath tail sum at the whole delta over g."""
+    from dpkit.mechanisms import DiscreteGaussian
+
+    s = session(people, budget=dpkit.ApproxZCDP(0.05, 1e-6))
+    query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2)
+    query = query.agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    compiled = compile_query(query.plan, s._context(), parse_request(s.budget, rho=0.01, delta=4e-7))
+    assert compiled.cost == dpkit.ApproxZCDP(0.01, 4e-7) and compiled.gaussian_selection
+    assert compiled.selection_delta == Fraction(4, 10**7) and compiled.gaussian_delta == 0
+    assert sum(compiled.shares.values(), Fraction(0)) == Fraction(1, 100)
+    mechanism = compiled.selection_mechanism(4)
+    assert isinstance(mechanism, DiscreteGaussian) and mechanism.rho == pytest.approx(0.005)
+    tau = compiled.selection_threshold(mechanism)
+    assert_threshold_meets_the_exact_tail(mechanism.sigma, tau, base=3, target=4e-7 / 2)  # whole delta, g = 2
+    result = s.release(query, rho=0.01, delta=4e-7, rng=InsecureSeededRandom(5))
+    assert result.guarantee == dpkit.ApproxZCDP(0.01, 4e-7)
+    assert sorted(result.to_pandas().region) == sorted(REGIONS)
+    assert s.remaining == dpkit.ApproxZCDP(0.04, 6e-7)
+    # Public keys need no delta: the cost has none, whatever delta was offered.
+    public = s.table().group_by("region", keys=REGIONS).agg(n=E.count())
+    assert s.preview(public, rho=0.01, delta=1e-7).guarantee == dpkit.ApproxZCDP(0.01, 0)
+    # delta runs out before rho: refused with nothing spent.
+    s.release(query, rho=0.01, delta=6e-7, rng=InsecureSeededRandom(6))
+    with pytest.raises(BudgetExceededError):
+        s.release(query, rho=0.01, delta=1e-9)
+    assert s.remaining == dpkit.ApproxZCDP(0.03, 0)
+    s.release(public, rho=0.03, rng=InsecureSeededRandom(7))  # exactly the rest of rho
+    assert s.remaining == dpkit.ApproxDP(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("cost", "name"),
+    [
+        ({"epsilon": 0.1, "rho": 0.01}, "epsilon"),
+        ({"delta": 1e-7}, "rho"),
+        ({"rho": 0.01, "delta": 1e-7, "mechanism": "laplace"}, "mechanism"),
+        ({"accuracy": 10.0}, "accuracy"),
+        ({"rho": 0.0, "delta": 1e-7}, "rho"),
+    ],
+)
+def test_an_approximate_zcdp_budget_refuses_other_costs_by_name_and_spends_nothing(people, cost, name):
+    s = session(people, budget=dpkit.ApproxZCDP(0.05, 1e-6))
+    query = s.table().group_by("region").agg(n=E.count())
+    with pytest.raises(InvalidParameterError) as refused:
+        s.release(query, **cost)
+    assert refused.value.name == name
+    assert s.remaining == dpkit.ApproxZCDP(0.05, 1e-6)
+
+
 def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_rate(people):
     """Empirical: with delta large enough to measure, a group of one person (k rows) passes the threshold
     at most delta / g of the time (Hoeffding margin at false-positive rate 1e-6), and one step lower it would not.

@@ -19,7 +19,7 @@ import pytest
 
 from dpkit import BudgetExceededError, InvalidParameterError, LedgerCorruptedError
 from dpkit.engine import Ledger, LedgerEntry
-from dpkit.guarantees import ZCDP, ApproxDP, NeighbourRelation, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, NeighbourRelation, PureDP
 
 REPLACE = NeighbourRelation.REPLACE_ONE
 KEY = b"0123456789abcdef0123456789abcdef"
@@ -110,9 +110,39 @@ def test_zcdp_budget_adds_rho_and_charges_pure_costs_eps_squared_over_two() -> N
         assert ledger.spent == ZCDP(0.5)
 
 
+@pytest.mark.parametrize("where", ["memory", "file"])
+def test_approximate_zcdp_budget_adds_rho_and_delta_exactly_and_survives_reopening(where: str, tmp_path: Path) -> None:
+    budget = ApproxZCDP(0.1, 1e-6)
+    with _open(where, tmp_path, budget) as ledger:  # type: ignore[arg-type]
+        for _ in range(10):
+            ledger.reserve(ApproxZCDP(0.009, 1e-7), description="gaussian, private keys")
+        assert ledger.spent == ApproxZCDP(0.09, 1e-6)
+        assert ledger.remaining == ApproxZCDP(0.01, 0.0)
+        # delta is exhausted: a cost with any delta is refused, one without still fits
+        assert not ledger.can_afford(ApproxZCDP(0.001, 1e-12))
+        with pytest.raises(BudgetExceededError) as refused:
+            ledger.reserve(ApproxZCDP(0.001, 1e-12))
+        assert refused.value.requested == ApproxZCDP(0.001, 1e-12)
+        ledger.reserve(ZCDP(0.005))
+        ledger.reserve(PureDP(0.1))  # 0.1^2 / 2 = 0.005 exactly
+        assert ledger.spent == ApproxZCDP(0.1, 1e-6) and ledger.remaining == NOTHING
+        assert not ledger.can_afford(ZCDP(1e-9))
+        assert [entry.cost for entry in ledger.entries()[-2:]] == [ZCDP(0.005), PureDP(0.1)]
+    if where == "file":
+        with Ledger(tmp_path / "ledger.db", budget) as reopened:
+            reopened.verify()
+            assert reopened.budget == budget and reopened.spent == ApproxZCDP(0.1, 1e-6)
+            assert len(reopened.entries()) == 12
+        with pytest.raises(InvalidParameterError, match="budget"):
+            Ledger(tmp_path / "ledger.db", ApproxZCDP(0.1, 2e-6))
+
+
 @pytest.mark.parametrize(
     ("budget", "cost"),
     [
+        (ApproxZCDP(1.0, 1e-6), ApproxDP(0.1, 1e-9)),
+        (ZCDP(1.0), ApproxZCDP(0.01, 1e-9)),
+        (ApproxDP(1.0, 1e-6), ApproxZCDP(0.01, 1e-9)),
         (PureDP(1.0), ApproxDP(0.1, 0.0)),
         (PureDP(1.0), ApproxDP(0.1, 1e-9)),
         (PureDP(1.0), ZCDP(0.01)),

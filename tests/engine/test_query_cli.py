@@ -92,6 +92,27 @@ def test_private_keys_json_output(data: Path, capsys: pytest.CaptureFixture[str]
     assert any("partition selection" in name for name in shares)
 
 
+def test_an_approximate_zcdp_ledger_spends_rho_and_the_selection_delta(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--budget rho=R,delta=D`` makes an ApproxZCDP ledger; ``--rho`` with ``--delta`` spends it, and
+    the whole delta of a private-keys query goes to key selection (no per-query conversion)."""
+    ledger = tmp_path / "budget.db"
+    args = ["query", str(data), SQL, "--privacy-unit", "person_id", "--bounds", "income=0:200000"]
+    spend = ["--rho", "0.02", "--delta", "4e-7", "--ledger", str(ledger), "--json"]
+    assert main([*args, *spend, "--budget", "rho=0.05,delta=1e-6"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["guarantee"] == "ApproxZCDP(rho=0.02, delta=4e-07)"
+    assert any("partition selection" in s["statistic"] and s["delta"] == 4e-7 for s in report["budget_split"])
+    assert sorted(row["region"] for row in report["rows"]) == sorted(REGIONS)  # >= 480 people each
+    assert main([*args, *spend]) == 0
+    capsys.readouterr()
+    assert main([*args, *spend]) == 2  # rho 0.06 > 0.05: refused, nothing spent
+    assert "budget" in capsys.readouterr().err.lower()
+    assert main(["budget", "--ledger", str(ledger), "--json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["entries"]) == 2
+
+
 def test_a_refused_query_leaves_no_new_ledger_and_says_what_to_add(
     data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

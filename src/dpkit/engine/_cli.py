@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from dpkit._errors import InvalidParameterError
-from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 
 __all__ = ["add_query_parser", "run_query"]
 
@@ -46,14 +46,18 @@ def add_query_parser(commands: Any) -> None:
     query.add_argument("--keys", metavar="COL=V1,V2,...", action="append", default=[], help="public group keys")
     query.add_argument("--epsilon", type=float, help="epsilon spent by this query")
     query.add_argument("--delta", type=float, help="delta spent (needed for private group keys)")
-    query.add_argument("--rho", type=float, help="zCDP rho spent (with a zCDP budget)")
+    query.add_argument(
+        "--rho", type=float, help="zCDP rho spent (zCDP budget; with --delta, an approximate zCDP budget)"
+    )
     query.add_argument("--accuracy", type=float, help="target half-width instead of --epsilon")
     query.add_argument("--alpha", type=float, default=0.05, help="1 - confidence of the intervals (0.05)")
     query.add_argument("--mechanism", choices=["auto", "laplace", "gaussian"], default="auto")
     query.add_argument("--rows-per-group", type=int, help="at most this many rows per person and group (1)")
     query.add_argument("--groups-per-person", type=int, help="at most this many groups per person (1)")
     query.add_argument(
-        "--budget", metavar="SPEC", help="total budget of a new ledger: epsilon=3 | epsilon=3,delta=1e-6 | rho=0.5"
+        "--budget",
+        metavar="SPEC",
+        help="total budget of a new ledger: epsilon=3 | epsilon=3,delta=1e-6 | rho=0.5 | rho=0.05,delta=1e-6",
     )
     query.add_argument("--ledger", metavar="FILE", help="persistent budget ledger (default: this query only)")
     query.add_argument("--analyst", help="name recorded in the ledger (default: the login name)")
@@ -88,8 +92,12 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
     return bounds
 
 
+_BUDGET_FORMS = "must be epsilon=E, epsilon=E,delta=D, rho=R or rho=R,delta=D"
+
+
 def parse_budget(spec: str) -> Guarantee:
-    """``"epsilon=3"`` -> PureDP, ``"epsilon=3,delta=1e-6"`` -> ApproxDP, ``"rho=0.5"`` -> ZCDP.
+    """``"epsilon=3"`` -> PureDP, ``"epsilon=3,delta=1e-6"`` -> ApproxDP, ``"rho=0.5"`` -> ZCDP,
+    ``"rho=0.5,delta=1e-6"`` -> ApproxZCDP.
 
     >>> parse_budget("epsilon=3,delta=1e-6")
     ApproxDP(epsilon=3.0, delta=1e-06)
@@ -98,7 +106,7 @@ def parse_budget(spec: str) -> Guarantee:
     for item in spec.split(","):
         name, equals, value = item.strip().partition("=")
         if not equals or name not in ("epsilon", "delta", "rho") or name in parts:
-            raise InvalidParameterError("--budget", spec, "must be epsilon=E, epsilon=E,delta=D or rho=R")
+            raise InvalidParameterError("--budget", spec, _BUDGET_FORMS)
         parts[name] = _number("--budget", value)
     if set(parts) == {"epsilon"}:
         return PureDP(parts["epsilon"])
@@ -106,13 +114,15 @@ def parse_budget(spec: str) -> Guarantee:
         return ApproxDP(parts["epsilon"], parts["delta"])
     if set(parts) == {"rho"}:
         return ZCDP(parts["rho"])
-    raise InvalidParameterError("--budget", spec, "must be epsilon=E, epsilon=E,delta=D or rho=R")
+    if set(parts) == {"rho", "delta"}:
+        return ApproxZCDP(parts["rho"], parts["delta"])
+    raise InvalidParameterError("--budget", spec, _BUDGET_FORMS)
 
 
 def _default_budget(args: argparse.Namespace) -> Guarantee:
     """The budget of a ledger created for this query alone: exactly the query's requested cost."""
     if args.rho is not None:
-        return ZCDP(args.rho)
+        return ApproxZCDP(args.rho, args.delta) if args.delta else ZCDP(args.rho)
     if args.epsilon is None:
         raise InvalidParameterError("--budget", None, "is required with --accuracy (or give --epsilon)")
     if args.delta is not None and args.delta > 0:

@@ -39,7 +39,8 @@ from dpkit._validation import as_fraction, check_delta, check_epsilon, check_pos
 from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
 from dpkit.engine._backends import ColumnInfo
 from dpkit.engine._plan import AUTO, NUMERIC_KINDS, Aggregate, Bin, Contribution, Query, check_bounds_pair
-from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
+from dpkit.guarantees._guarantees import largest_rho
 from dpkit.mechanisms import DiscreteGaussian, DiscreteLaplace, Exponential, Laplace
 from dpkit.noise import RandomSource, grid_exponent, snap_to_grid
 
@@ -116,7 +117,7 @@ def parse_request(
     if accuracy is not None:
         if epsilon is not None or rho is not None:
             raise InvalidParameterError("accuracy", accuracy, "give either accuracy or epsilon/rho, not both")
-        if isinstance(budget, ZCDP) or mechanism == "gaussian":
+        if isinstance(budget, ZCDP | ApproxZCDP) or mechanism == "gaussian":
             raise InvalidParameterError("accuracy", accuracy, "accuracy targets use Laplace noise (pure DP budgets)")
         if isinstance(accuracy, Mapping):
             targets = {str(k): check_positive(f"accuracy[{k!r}]", v) for k, v in accuracy.items()}
@@ -130,6 +131,16 @@ def parse_request(
         if mechanism == "laplace":
             raise InvalidParameterError("mechanism", mechanism, "a zCDP budget uses Gaussian noise")
         return Request("gaussian", None, Fraction(0), as_fraction(check_positive("rho", rho)), None, level)
+    if isinstance(budget, ApproxZCDP):
+        if epsilon is not None:
+            raise InvalidParameterError(
+                "epsilon", epsilon, "an ApproxZCDP budget is spent with rho=... (and delta=... for private keys)"
+            )
+        if rho is None:
+            raise InvalidParameterError("rho", rho, "give rho (> 0) for an ApproxZCDP budget")
+        if mechanism == "laplace":
+            raise InvalidParameterError("mechanism", mechanism, "an ApproxZCDP budget uses Gaussian noise")
+        return Request("gaussian", None, dlt, as_fraction(check_positive("rho", rho)), None, level)
     if rho is not None:
         raise InvalidParameterError("rho", rho, f"rho spends a zCDP budget; this session's budget is {budget}")
     if epsilon is None:
@@ -336,7 +347,9 @@ class CompiledQuery:
             else:
                 pure += as_fraction(selector.epsilon)
         cost = self.cost
-        if isinstance(cost, ZCDP):
+        if isinstance(cost, ApproxZCDP):
+            ok = rho <= cost.rho_exact and pure == 0 and self.selection_delta <= cost.delta_exact
+        elif isinstance(cost, ZCDP):
             ok = rho <= cost.rho_exact and pure == 0
         elif self.request.mode == "laplace":
             ok = pure <= cost.epsilon_exact and self.selection_delta <= cost.delta_exact
@@ -620,7 +633,8 @@ def compile_query(
                 "delta",
                 float(request.delta),
                 "private group keys are selected with thresholded partition selection, which needs an "
-                "(epsilon, delta) budget and delta > 0, e.g. delta=1e-6 (dpkit query: --delta 1e-6); "
+                "ApproxDP(epsilon, delta) or ApproxZCDP(rho, delta) budget and delta > 0, e.g. delta=1e-6 "
+                "(dpkit query: --delta 1e-6); "
                 "or give the public keys (keys=...; dpkit query: --keys COL=V1,V2)",
             )
         if "rows" in weights and "persons" not in weights:
@@ -688,6 +702,14 @@ def _allocate(
     if isinstance(context.budget, ZCDP):
         rho = request.rho or Fraction(0)
         return {key: rho * f for key, f in fractions.items()}, None, Fraction(0), Fraction(0), ZCDP(rho, relation)  # type: ignore[arg-type]
+    if isinstance(context.budget, ApproxZCDP):
+        # Approximate zCDP: the statistics (the selecting count among them) share rho, and delta
+        # pays only for key selection; no per-query conversion to (epsilon, delta).
+        rho = request.rho or Fraction(0)
+        shares = {key: rho * f for key, f in fractions.items()}
+        selection_delta = request.delta if selection else Fraction(0)
+        cost = ApproxZCDP(rho, selection_delta, relation)  # type: ignore[arg-type]
+        return shares, Fraction(0) if selection else None, Fraction(0), selection_delta, cost
     # Gaussian noise under an (epsilon, delta) budget: the statistics compose in zCDP (tight), and
     # the total rho is converted once at half the delta; partition selection adds the other half.
     # The selecting count (the released COUNT of rows, or the count of people, released or not) is
@@ -703,18 +725,10 @@ def _allocate(
 
 def _rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
     """Largest rho (found by bisection, rounded down) whose zCDP implies (epsilon, delta)-DP."""
-    low, high = 0.0, float(epsilon)
-    while ZCDP(high).to_approx(float(delta)).epsilon_exact <= epsilon:
-        high *= 2
-    for _ in range(60):
-        middle = (low + high) / 2
-        if ZCDP(middle).to_approx(float(delta)).epsilon_exact <= epsilon:
-            low = middle
-        else:
-            high = middle
-    if low <= 0:
+    rho = largest_rho(lambda r: ZCDP(r).to_approx(float(delta)).epsilon_exact <= epsilon, float(epsilon))
+    if rho is None:
         raise InvalidParameterError("epsilon", float(epsilon), "is too small for Gaussian noise at this delta")
-    return as_fraction(low)
+    return rho
 
 
 def _accuracy_shares(

@@ -14,7 +14,13 @@ chosen after seeing earlier answers, so the ledger is a privacy filter (Rogers, 
 Vadhan 2016). Budgets and costs are kept as exact fractions, so ten spends of ``PureDP(0.1)``
 exactly exhaust ``PureDP(1.0)``. Allowed pairs: a PureDP budget takes PureDP costs; an ApproxDP
 budget takes PureDP and ApproxDP costs (epsilons add, deltas add); a ZCDP budget takes ZCDP costs
-and PureDP costs, charged as ``epsilon**2 / 2`` (Bun & Steinke 2016, Prop. 1.4).
+and PureDP costs, charged as ``epsilon**2 / 2`` (Bun & Steinke 2016, Prop. 1.4). An ApproxZCDP
+budget (delta-approximate rho-zCDP) takes ApproxZCDP, ZCDP and PureDP costs: rhos add and deltas
+add, which stays valid when each query's parameters are chosen after seeing earlier answers
+(Bun & Steinke 2016, Lemma 8.2; the fully adaptive filter: Whitehouse, Ramdas, Rogers & Wu 2023,
+Thm. 1). It is the tight budget for Gaussian queries over private group keys: each query's delta
+pays only for key selection, and the zCDP-to-(epsilon, delta) conversion is paid once, by the
+whole ledger (``ApproxZCDP.to_approx``), not once per query.
 
 Zero values: ``PureDP`` and ``ZCDP`` need a positive parameter, so "nothing" is reported as
 ``ApproxDP(0, 0)``, the guarantee of releasing nothing: :attr:`Ledger.spent` of an empty
@@ -81,7 +87,7 @@ from types import TracebackType
 from typing import TypeVar
 
 from dpkit._errors import BudgetExceededError, InvalidParameterError, LedgerCorruptedError
-from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, NeighbourRelation, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 
 __all__ = ["Ledger", "LedgerEntry"]
 
@@ -211,6 +217,9 @@ def _fields(guarantee: Guarantee) -> dict[str, str | None]:
     }
     if isinstance(guarantee, ZCDP):
         fields["rho"] = _fraction_text(guarantee.rho_exact)
+    elif isinstance(guarantee, ApproxZCDP):
+        fields["rho"] = _fraction_text(guarantee.rho_exact)
+        fields["delta"] = _fraction_text(guarantee.delta_exact)
     else:
         fields["epsilon"] = _fraction_text(guarantee.epsilon_exact)
         if isinstance(guarantee, ApproxDP):
@@ -234,6 +243,8 @@ def _guarantee_from_fields(
             return ApproxDP(eps, dlt, relation)  # type: ignore[arg-type]
         if kind == "ZCDP" and present == (False, False, True):
             return ZCDP(_parse_fraction(rho, what), relation)  # type: ignore[arg-type]
+        if kind == "ApproxZCDP" and present == (False, True, True):
+            return ApproxZCDP(_parse_fraction(rho, what), _parse_fraction(delta, what), relation)  # type: ignore[arg-type]
     except InvalidParameterError as exc:
         raise LedgerCorruptedError(f"{what}: not a valid guarantee ({exc})") from exc
     raise LedgerCorruptedError(f"{what}: malformed guarantee (kind {kind!r}, fields {present})")
@@ -282,6 +293,8 @@ def _entry_text(entry: LedgerEntry, totals: _Totals) -> str:
 
 
 def _budget_components(budget: Guarantee) -> _Totals:
+    if isinstance(budget, ApproxZCDP):
+        return (budget.rho_exact, budget.delta_exact)
     if isinstance(budget, ZCDP):
         return (budget.rho_exact,)
     if isinstance(budget, ApproxDP):
@@ -291,8 +304,8 @@ def _budget_components(budget: Guarantee) -> _Totals:
 
 def _charge(cost: object, budget: Guarantee) -> _Totals:
     """What ``cost`` adds to the running total of a ledger with ``budget``, or InvalidParameterError."""
-    if not isinstance(cost, PureDP | ApproxDP | ZCDP):
-        raise InvalidParameterError("cost", cost, "must be a dpkit guarantee: PureDP, ApproxDP or ZCDP")
+    if not isinstance(cost, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+        raise InvalidParameterError("cost", cost, "must be a dpkit guarantee: PureDP, ApproxDP, ZCDP or ApproxZCDP")
     if cost.neighbours is not budget.neighbours:
         raise InvalidParameterError(
             "cost", cost, f"must be stated under the budget's neighbour relation {budget.neighbours.value}"
@@ -301,6 +314,18 @@ def _charge(cost: object, budget: Guarantee) -> _Totals:
         if isinstance(cost, PureDP):
             return (cost.epsilon_exact,)
         raise InvalidParameterError("cost", cost, "a PureDP budget accepts only PureDP costs")
+    if isinstance(budget, ApproxZCDP):
+        if isinstance(cost, ApproxZCDP):
+            return (cost.rho_exact, cost.delta_exact)
+        if isinstance(cost, ZCDP):
+            return (cost.rho_exact, Fraction(0))
+        if isinstance(cost, PureDP):
+            return (cost.to_zcdp().rho_exact, Fraction(0))
+        raise InvalidParameterError(
+            "cost",
+            cost,
+            "an ApproxZCDP budget accepts ApproxZCDP, ZCDP and PureDP costs ((epsilon, delta)-DP is not zCDP)",
+        )
     if isinstance(budget, ApproxDP):
         if isinstance(cost, PureDP | ApproxDP):
             return (cost.epsilon_exact, cost.delta_exact)
@@ -308,6 +333,8 @@ def _charge(cost: object, budget: Guarantee) -> _Totals:
             "cost", cost, "an ApproxDP budget accepts PureDP and ApproxDP costs; convert zCDP with .to_approx(delta)"
         )
     if isinstance(cost, ZCDP):
+        return (cost.rho_exact,)
+    if isinstance(cost, ApproxZCDP) and cost.delta_exact == 0:
         return (cost.rho_exact,)
     if isinstance(cost, PureDP):
         return (cost.to_zcdp().rho_exact,)
@@ -332,6 +359,10 @@ def _spent_guarantee(totals: _Totals, budget: Guarantee) -> Guarantee:
     relation = budget.neighbours
     if isinstance(budget, ApproxDP):
         return ApproxDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
+    if isinstance(budget, ApproxZCDP):
+        if totals[0] == 0 and totals[1] == 0:
+            return ApproxDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
+        return ApproxZCDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
     if totals[0] == 0:
         return ApproxDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
     if isinstance(budget, ZCDP):
@@ -349,8 +380,8 @@ def _remaining_guarantee(totals: _Totals, budget: Guarantee) -> Guarantee:
 
 
 def _check_budget(budget: object) -> Guarantee:
-    if not isinstance(budget, PureDP | ApproxDP | ZCDP):
-        raise InvalidParameterError("budget", budget, "must be a dpkit guarantee: PureDP, ApproxDP or ZCDP")
+    if not isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+        raise InvalidParameterError("budget", budget, "must be a dpkit guarantee: PureDP, ApproxDP, ZCDP or ApproxZCDP")
     return budget
 
 

@@ -34,17 +34,19 @@ from dpkit.engine._execute import combine, dry_run, execute, postprocess
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair
 from dpkit.engine._result import Preview, Result
-from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["Session"]
 
 
 def _check_budget(budget: object) -> Guarantee | None:
-    if budget is None or isinstance(budget, PureDP | ApproxDP | ZCDP):
+    if budget is None or isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
         return budget
     raise InvalidParameterError(
-        "budget", budget, "must be a dpkit guarantee: PureDP(eps), ApproxDP(eps, delta) or ZCDP(rho)"
+        "budget",
+        budget,
+        "must be a dpkit guarantee: PureDP(eps), ApproxDP(eps, delta), ZCDP(rho) or ApproxZCDP(rho, delta)",
     )
 
 
@@ -57,7 +59,9 @@ class Session:
     - ``name``: the table's name in SQL (default: the file's stem, or ``data`` for a frame);
     - ``privacy_unit``: the column that identifies a person (every row of one person is
       protected together), or None when each row is a different person;
-    - ``budget``: the total guarantee, ``PureDP``, ``ApproxDP`` or ``ZCDP``;
+    - ``budget``: the total guarantee, ``PureDP``, ``ApproxDP``, ``ZCDP`` or ``ApproxZCDP`` (the
+      tightest for many Gaussian queries with private keys: rho and delta add, and the
+      conversion to (epsilon, delta) is paid once for the whole ledger);
     - ``ledger``: a file path for a persistent ledger shared by every session and process that
       opens it (the budget is then stored there), or None for an in-memory ledger;
     - ``bounds``: default clamping bounds per numeric column, ``{"income": (0, 200_000)}``;
@@ -381,6 +385,12 @@ class Session:
 
 
 def _minus(remaining: Guarantee, cost: Guarantee) -> Guarantee | None:
+    if isinstance(remaining, ApproxZCDP) and isinstance(cost, ApproxZCDP):
+        rho_left = remaining.rho_exact - cost.rho_exact
+        delta_left = remaining.delta_exact - cost.delta_exact
+        return ApproxZCDP(rho_left, delta_left, remaining.neighbours) if rho_left > 0 else None  # type: ignore[arg-type]
+    if isinstance(remaining, ApproxZCDP) or isinstance(cost, ApproxZCDP):
+        return None
     if isinstance(remaining, ZCDP) and isinstance(cost, ZCDP):
         left = remaining.rho_exact - cost.rho_exact
         return ZCDP(left, remaining.neighbours) if left > 0 else None  # type: ignore[arg-type]

@@ -1,8 +1,9 @@
-"""Privacy guarantees as values: ``PureDP``, ``ApproxDP``, ``ZCDP`` and the neighbour relations."""
+"""Privacy guarantees as values: ``PureDP``, ``ApproxDP``, ``ZCDP``, ``ApproxZCDP`` and the neighbour relations."""
 
 from dpkit.guarantees._guarantees import (
     ZCDP,
     ApproxDP,
+    ApproxZCDP,
     Guarantee,
     NeighbourRelation,
     PureDP,
@@ -10,4 +11,4 @@ from dpkit.guarantees._guarantees import (
     round_up,
 )
 
-__all__ = ["ApproxDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "compose", "round_up"]
+__all__ = ["ApproxDP", "ApproxZCDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "compose", "round_up"]

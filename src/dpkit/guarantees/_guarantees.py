@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -19,7 +20,7 @@ from dpkit._validation import as_fraction, check_delta, check_epsilon, check_int
 
 optimize = LazyModule("scipy.optimize")
 
-__all__ = ["ApproxDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "round_up"]
+__all__ = ["ApproxDP", "ApproxZCDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "round_up"]
 
 
 class NeighbourRelation(enum.Enum):
@@ -282,7 +283,158 @@ class ZCDP:
         return _under(self, neighbours)  # type: ignore[return-value]
 
 
-Guarantee = PureDP | ApproxDP | ZCDP
+@dataclass(frozen=True, eq=False)
+class ApproxZCDP:
+    """delta-approximate rho-zCDP (Bun & Steinke 2016, Def. 8.1): rho-zCDP outside events of probability <= delta.
+
+    For neighbours D, D' there are events E, E' with P[A(D) in E], P[A(D') in E'] >= 1 - delta
+    such that A(D) conditioned on E and A(D') conditioned on E' satisfy rho-zCDP against each
+    other. Gaussian releases over privately selected group keys are of this kind: delta bounds the
+    chance that a key present only in D' is released. It composes additively in rho and in delta,
+    also when each release and its parameters are chosen after seeing earlier answers (Bun &
+    Steinke 2016, Lemma 8.2; a privacy filter: Whitehouse, Ramdas, Rogers & Wu 2023, Thm. 1).
+    ``ZCDP(rho)`` is ``ApproxZCDP(rho, 0)``.
+
+    >>> spent = ApproxZCDP(0.01, 1e-7) * 3
+    >>> spent.rho, spent.delta
+    (0.03, 3e-07)
+    >>> approx = spent.to_approx(1e-6)      # (eps, 3e-7 + 1e-6)-DP
+    >>> round(approx.epsilon, 3), approx.delta
+    (1.118, 1.3e-06)
+    """
+
+    rho: float
+    delta: float
+    neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
+    rho_exact: Fraction = field(init=False, repr=False)
+    delta_exact: Fraction = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rho, Fraction):
+            check_positive("rho", self.rho, allow_zero=True)
+        if not isinstance(self.delta, Fraction):
+            check_delta(self.delta)
+        rho, dlt = as_fraction(self.rho), as_fraction(self.delta)
+        if rho < 0:
+            raise InvalidParameterError("rho", self.rho, "must be a real number >= 0 and finite")
+        if not 0 <= dlt < 1:
+            raise InvalidParameterError("delta", self.delta, "must be a real number with 0 <= delta < 1")
+        object.__setattr__(self, "rho_exact", rho)
+        object.__setattr__(self, "delta_exact", dlt)
+        object.__setattr__(self, "rho", float(rho))
+        object.__setattr__(self, "delta", float(dlt))
+        _check_relation(self.neighbours)
+
+    def __add__(self, other: Guarantee) -> Guarantee:
+        """Rho adds and delta adds (Bun & Steinke 2016, Lemma 8.2); zCDP counts as delta = 0."""
+        return compose(self, other)
+
+    def __mul__(self, count: int) -> ApproxZCDP:
+        k = check_integer("count", count, minimum=1)
+        return ApproxZCDP(self.rho_exact * k, self.delta_exact * k, self.neighbours)  # type: ignore[arg-type]
+
+    __rmul__ = __mul__
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, ApproxZCDP)
+            and self.rho_exact == other.rho_exact
+            and self.delta_exact == other.delta_exact
+            and self.neighbours is other.neighbours
+        )
+
+    def __hash__(self) -> int:
+        return hash(("ApproxZCDP", self.rho_exact, self.delta_exact, self.neighbours))
+
+    def __repr__(self) -> str:
+        relation = "" if self.neighbours is NeighbourRelation.ADD_REMOVE else f", neighbours={self.neighbours}"
+        return f"ApproxZCDP(rho={self.rho!r}, delta={self.delta!r}{relation})"
+
+    def within(self, budget: Guarantee) -> bool:
+        """True when this guarantee is at least as strong as ``budget`` (exact comparison)."""
+        return _within(self, budget)
+
+    def group(self, size: int) -> ApproxZCDP:
+        """Only the trivial group of 1: group privacy for approximate zCDP is not provided."""
+        k = check_integer("size", size, minimum=1)
+        if k != 1:
+            raise InvalidParameterError(
+                "size", size, "group privacy is not provided for approximate zCDP; convert with .to_approx(delta) first"
+            )
+        return self
+
+    def to_approx(self, delta: float) -> ApproxDP:
+        """(epsilon, self.delta + delta)-DP, epsilon from ``ZCDP(rho).to_approx(delta)`` plus log(1/(1 - self.delta)).
+
+        Outside the events, the conditioned outputs are (eps0, delta)-indistinguishable; for any S,
+        P[A(D) in S] <= P[S | E] + self.delta <= e^eps0 P[A(D') in S] / (1 - self.delta) + delta
+        + self.delta, since conditioning on E' multiplies a probability by at most 1 / (1 - self.delta).
+        Rounded up.
+        """
+        d = check_delta(delta, allow_zero=False)
+        total = self.delta_exact + as_fraction(d)
+        if total >= 1:
+            raise InvalidParameterError("delta", delta, f"plus this guarantee's delta {self.delta} must stay < 1")
+        base = ZCDP(self.rho_exact, self.neighbours).to_approx(d).epsilon if self.rho_exact > 0 else 0.0  # type: ignore[arg-type]
+        penalty = -math.log1p(-float(self.delta_exact)) if self.delta_exact > 0 else 0.0
+        return ApproxDP(round_up(base + penalty, 8), total, self.neighbours)  # type: ignore[arg-type]
+
+    def under(self, neighbours: NeighbourRelation) -> ApproxZCDP:
+        return _under(self, neighbours)  # type: ignore[return-value]
+
+    @classmethod
+    def from_approx(
+        cls,
+        epsilon: float,
+        delta: float,
+        *,
+        selection_share: float = 0.5,
+        neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE,
+    ) -> ApproxZCDP:
+        """The largest budget ``ApproxZCDP(rho, selection_share * delta)`` whose :meth:`to_approx`
+        at the rest of ``delta`` is within ``(epsilon, delta)``: a target stated in (epsilon, delta),
+        spent in rho, with ``selection_share`` of delta left for private key selection.
+
+        >>> budget = ApproxZCDP.from_approx(1.0, 1e-6)
+        >>> budget.delta, budget.to_approx(5e-7).within(ApproxDP(1.0, 1e-6))
+        (5e-07, True)
+        """
+        eps = as_fraction(check_epsilon(epsilon))
+        total = as_fraction(check_delta(delta, allow_zero=False))
+        share = check_positive("selection_share", selection_share, allow_zero=True)
+        if share >= 1:
+            raise InvalidParameterError("selection_share", selection_share, "must be in [0, 1): the rest converts rho")
+        selection = total * as_fraction(share)
+        conversion = float(total - selection)
+        target = ApproxDP(eps, total, neighbours)  # type: ignore[arg-type]
+
+        def fits(rho: float) -> bool:
+            return cls(rho, selection, neighbours).to_approx(conversion).within(target)  # type: ignore[arg-type]
+
+        rho = largest_rho(fits, float(eps))
+        if rho is None:
+            raise InvalidParameterError("epsilon", epsilon, "is too small for zCDP at this delta")
+        return cls(rho, selection, neighbours)  # type: ignore[arg-type]
+
+
+def largest_rho(fits: Callable[[float], bool], start: float) -> Fraction | None:
+    """The largest rho with ``fits(rho)`` (bisection, 60 halvings, rounded down), or None when none > 0 fits.
+
+    ``fits`` must be monotone: true up to some rho, false beyond.
+    """
+    low, high = 0.0, start
+    while fits(high):
+        high *= 2
+    for _ in range(60):
+        middle = (low + high) / 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return as_fraction(low) if low > 0 else None
+
+
+Guarantee = PureDP | ApproxDP | ZCDP | ApproxZCDP
 
 
 def compose(first: Guarantee, second: Guarantee) -> Guarantee:
@@ -292,6 +444,16 @@ def compose(first: Guarantee, second: Guarantee) -> Guarantee:
     (convert explicitly, since the conversion needs a delta).
     """
     relation = _same_relation(first, second)
+    if isinstance(first, ApproxZCDP) or isinstance(second, ApproxZCDP):
+        if not isinstance(first, ZCDP | ApproxZCDP) or not isinstance(second, ZCDP | ApproxZCDP):
+            raise InvalidParameterError(
+                "other", second, "approximate zCDP composes only with zCDP; convert pure DP with .to_zcdp() first"
+            )
+        left, right = _zcdp_parts(first), _zcdp_parts(second)
+        delta = left[1] + right[1]
+        if delta >= 1:
+            raise InvalidParameterError("delta", float(delta), "composed delta must stay < 1")
+        return ApproxZCDP(left[0] + right[0], delta, relation)  # type: ignore[arg-type]
     if isinstance(first, ZCDP) and isinstance(second, ZCDP):
         return ZCDP(first.rho_exact + second.rho_exact, relation)  # type: ignore[arg-type]
     if isinstance(first, ZCDP) or isinstance(second, ZCDP):
@@ -306,8 +468,30 @@ def compose(first: Guarantee, second: Guarantee) -> Guarantee:
     return ApproxDP(first.epsilon_exact + second.epsilon_exact, delta, relation)  # type: ignore[arg-type]
 
 
+def _zcdp_parts(guarantee: Guarantee) -> tuple[Fraction, Fraction]:
+    """(rho, delta) of a guarantee read as approximate zCDP; pure DP reads as (eps^2 / 2, 0)."""
+    if isinstance(guarantee, ApproxZCDP):
+        return guarantee.rho_exact, guarantee.delta_exact
+    if isinstance(guarantee, ZCDP):
+        return guarantee.rho_exact, Fraction(0)
+    if isinstance(guarantee, PureDP):
+        return guarantee.to_zcdp().rho_exact, Fraction(0)
+    raise InvalidParameterError(
+        "guarantee", guarantee, "(epsilon, delta)-DP does not imply approximate zCDP; use an ApproxDP budget"
+    )
+
+
 def _within(spent: Guarantee, budget: Guarantee) -> bool:
     _same_relation(spent, budget)
+    if isinstance(budget, ApproxZCDP):
+        rho, delta = _zcdp_parts(spent)
+        return rho <= budget.rho_exact and delta <= budget.delta_exact
+    if isinstance(spent, ApproxZCDP):
+        if isinstance(budget, ZCDP):
+            return spent.delta_exact == 0 and spent.rho_exact <= budget.rho_exact
+        raise InvalidParameterError(
+            "budget", budget, "compare approximate zCDP with a zCDP or approximate zCDP budget, or convert it"
+        )
     if isinstance(spent, ZCDP) or isinstance(budget, ZCDP):
         if isinstance(spent, ZCDP) and isinstance(budget, ZCDP):
             return spent.rho_exact <= budget.rho_exact

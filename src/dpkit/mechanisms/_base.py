@@ -23,7 +23,7 @@ from numpy.typing import NDArray
 
 from dpkit._validation import check_integer, check_positive, check_probability
 from dpkit.events import PrivacyEvent
-from dpkit.guarantees import ZCDP, Guarantee, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["Mechanism", "NumericMechanism", "check_alpha", "guarantee_implies"]
@@ -38,6 +38,17 @@ def guarantee_implies(have: Guarantee, want: Guarantee) -> bool:
     """Whether guarantee ``have`` implies ``want`` (same neighbour relation, exact comparison)."""
     if have.neighbours is not want.neighbours:
         return False
+    if isinstance(want, ApproxZCDP):
+        if isinstance(have, ApproxDP):
+            return False
+        return have.within(want)
+    if isinstance(have, ApproxZCDP):
+        if isinstance(want, ZCDP):
+            return have.delta_exact == 0 and have.rho_exact <= want.rho_exact
+        spare = want.delta_exact - have.delta_exact
+        if spare <= 0:
+            return False
+        return have.to_approx(float(spare)).within(want)
     if isinstance(want, ZCDP):
         if isinstance(have, ZCDP):
             return have.rho_exact <= want.rho_exact

@@ -526,19 +526,26 @@ def test_an_approximate_zcdp_budget_refuses_other_costs_by_name_and_spends_nothi
     assert s.remaining == dpkit.ApproxZCDP(0.05, 1e-6)
 
 
-def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_rate(people):
+@pytest.mark.parametrize(
+    ("budget", "cost", "target"),
+    [
+        (dpkit.ApproxDP(10.0, 0.5), {"epsilon": 1.0, "delta": 0.2, "mechanism": "gaussian"}, 0.2 / 2 / 2),
+        (dpkit.ApproxZCDP(1.0, 0.5), {"rho": 0.05, "delta": 0.1}, 0.1 / 2),
+    ],
+    ids=["approx-dp: delta / 2 selects", "approx-zcdp: all of delta selects"],
+)
+def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_rate(people, budget, cost, target):
     """Empirical: with delta large enough to measure, a group of one person (k rows) passes the threshold
-    at most delta / g of the time (Hoeffding margin at false-positive rate 1e-6), and one step lower it would not.
+    at most (selection delta) / g of the time (Hoeffding margin at false-positive rate 1e-6), and two
+    steps lower it would not.
     """
-    s = session(people, budget=dpkit.ApproxDP(10.0, 0.5))
+    s = session(people, budget=budget)
     query = s.table().group_by("region").bound(rows_per_group=3, groups_per_person=2).agg(n=E.count())
-    request = parse_request(s.budget, epsilon=1.0, delta=0.2, mechanism="gaussian")
-    compiled = compile_query(query.plan, s._context(), request)
+    compiled = compile_query(query.plan, s._context(), parse_request(s.budget, **cost))
     mechanism = compiled.selection_mechanism(1)
     tau = compiled.selection_threshold(mechanism)
     draws = 400_000
     noisy = np.asarray(mechanism.release([3] * draws, rng=InsecureSeededRandom(11)), dtype=np.float64)
-    target = 0.2 / 2 / 2  # delta / 2 for selection, over g = 2 groups
-    margin = math.sqrt(math.log(1e6) / (2 * draws))
+    margin = math.sqrt(math.log(1e6) / (2 * draws))  # target: selection delta over g = 2 groups
     assert (noisy >= tau).mean() <= target + margin
     assert (noisy >= tau - 2).mean() > target + margin  # a threshold two steps lower would break the claim

@@ -62,10 +62,13 @@ def test_within_reads_pure_dp_as_half_epsilon_squared():
         ApproxDP(0.1, 1e-7).within(budget)
 
 
-def test_group_privacy_is_refused_rather_than_guessed():
+def test_group_privacy_and_relation_changes_are_refused_rather_than_guessed():
     assert ApproxZCDP(0.01, 1e-7).group(1) == ApproxZCDP(0.01, 1e-7)
     with pytest.raises(InvalidParameterError, match="size"):
         ApproxZCDP(0.01, 1e-7).group(2)
+    assert ApproxZCDP(0.01, 1e-7).under(NeighbourRelation.ADD_REMOVE) == ApproxZCDP(0.01, 1e-7)
+    with pytest.raises(InvalidParameterError, match="neighbours"):
+        ApproxZCDP(0.01, 1e-7).under(NeighbourRelation.REPLACE_ONE)
 
 
 def _cks_epsilon(rho: float, delta: float) -> mpmath.mpf:

@@ -380,7 +380,12 @@ class ApproxZCDP:
         return ApproxDP(round_up(base + penalty, 8), total, self.neighbours)  # type: ignore[arg-type]
 
     def under(self, neighbours: NeighbourRelation) -> ApproxZCDP:
-        return _under(self, neighbours)  # type: ignore[return-value]
+        """This guarantee under ``neighbours``: only its own relation (no group privacy to convert with)."""
+        if _check_relation(neighbours) is not self.neighbours:
+            raise InvalidParameterError(
+                "neighbours", neighbours, "approximate zCDP is not converted between neighbour relations"
+            )
+        return self
 
     @classmethod
     def from_approx(

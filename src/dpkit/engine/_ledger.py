@@ -88,6 +88,7 @@ from typing import TypeVar
 
 from dpkit._errors import BudgetExceededError, InvalidParameterError, LedgerCorruptedError
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
+from dpkit.guarantees._guarantees import zcdp_parts
 
 __all__ = ["Ledger", "LedgerEntry"]
 
@@ -315,17 +316,7 @@ def _charge(cost: object, budget: Guarantee) -> _Totals:
             return (cost.epsilon_exact,)
         raise InvalidParameterError("cost", cost, "a PureDP budget accepts only PureDP costs")
     if isinstance(budget, ApproxZCDP):
-        if isinstance(cost, ApproxZCDP):
-            return (cost.rho_exact, cost.delta_exact)
-        if isinstance(cost, ZCDP):
-            return (cost.rho_exact, Fraction(0))
-        if isinstance(cost, PureDP):
-            return (cost.to_zcdp().rho_exact, Fraction(0))
-        raise InvalidParameterError(
-            "cost",
-            cost,
-            "an ApproxZCDP budget accepts ApproxZCDP, ZCDP and PureDP costs ((epsilon, delta)-DP is not zCDP)",
-        )
+        return zcdp_parts(cost, "cost")
     if isinstance(budget, ApproxDP):
         if isinstance(cost, PureDP | ApproxDP):
             return (cost.epsilon_exact, cost.delta_exact)

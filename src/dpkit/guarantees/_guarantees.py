@@ -454,7 +454,7 @@ def compose(first: Guarantee, second: Guarantee) -> Guarantee:
             raise InvalidParameterError(
                 "other", second, "approximate zCDP composes only with zCDP; convert pure DP with .to_zcdp() first"
             )
-        left, right = _zcdp_parts(first), _zcdp_parts(second)
+        left, right = zcdp_parts(first), zcdp_parts(second)
         delta = left[1] + right[1]
         if delta >= 1:
             raise InvalidParameterError("delta", float(delta), "composed delta must stay < 1")
@@ -473,8 +473,9 @@ def compose(first: Guarantee, second: Guarantee) -> Guarantee:
     return ApproxDP(first.epsilon_exact + second.epsilon_exact, delta, relation)  # type: ignore[arg-type]
 
 
-def _zcdp_parts(guarantee: Guarantee) -> tuple[Fraction, Fraction]:
-    """(rho, delta) of a guarantee read as approximate zCDP; pure DP reads as (eps^2 / 2, 0)."""
+def zcdp_parts(guarantee: object, name: str = "guarantee") -> tuple[Fraction, Fraction]:
+    """(rho, delta) of a guarantee read as approximate zCDP; pure DP reads as (eps^2 / 2, 0)
+    (Bun & Steinke 2016, Prop. 1.4). (epsilon, delta)-DP raises InvalidParameterError naming ``name``."""
     if isinstance(guarantee, ApproxZCDP):
         return guarantee.rho_exact, guarantee.delta_exact
     if isinstance(guarantee, ZCDP):
@@ -482,14 +483,14 @@ def _zcdp_parts(guarantee: Guarantee) -> tuple[Fraction, Fraction]:
     if isinstance(guarantee, PureDP):
         return guarantee.to_zcdp().rho_exact, Fraction(0)
     raise InvalidParameterError(
-        "guarantee", guarantee, "(epsilon, delta)-DP does not imply approximate zCDP; use an ApproxDP budget"
+        name, guarantee, "approximate zCDP accepts ApproxZCDP, ZCDP and PureDP; (epsilon, delta)-DP is not zCDP"
     )
 
 
 def _within(spent: Guarantee, budget: Guarantee) -> bool:
     _same_relation(spent, budget)
     if isinstance(budget, ApproxZCDP):
-        rho, delta = _zcdp_parts(spent)
+        rho, delta = zcdp_parts(spent)
         return rho <= budget.rho_exact and delta <= budget.delta_exact
     if isinstance(spent, ApproxZCDP):
         if isinstance(budget, ZCDP):

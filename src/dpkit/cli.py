@@ -5,7 +5,8 @@ prints secure noise draws (useful to check an installation); ``dpkit account dps
 --sampling-rate 0.0043 --noise-multiplier 1.1 --steps 14063 --delta 1e-5`` prints what every
 accountant says about a workload, side by side (``--json`` for scripts, ``--plot FILE.png`` for
 the trade-off curve); ``dpkit budget --ledger FILE`` prints a persistent ledger's budget, what
-was spent, what remains and every debit (``--json`` for scripts); ``dpkit query DATA "SQL"
+was spent, what remains and every debit (``--json`` for scripts; ``--delta D`` also shows a zCDP
+or approximate zCDP spend as (epsilon, delta)-DP); ``dpkit query DATA "SQL"
 --privacy-unit COL --bounds COL=LO:HI --epsilon E [--delta D] [--ledger FILE]`` runs one private
 query over a Parquet or CSV file (see ``dpkit query --help``).
 """
@@ -49,6 +50,11 @@ def main(argv: list[str] | None = None) -> int:
     budget = commands.add_parser("budget", help="a persistent ledger's budget, spending and debits")
     budget.add_argument("--ledger", metavar="FILE", required=True, help="the ledger file (never created)")
     budget.add_argument("--json", action="store_true", help="print JSON")
+    budget.add_argument(
+        "--delta",
+        type=float,
+        help="also show a zCDP or approximate zCDP spend as (epsilon, delta)-DP, converting at this delta",
+    )
     from dpkit.engine._cli import add_query_parser
 
     add_query_parser(commands)
@@ -156,17 +162,21 @@ def _budget(args: argparse.Namespace) -> int:
     from dpkit import InvalidParameterError
     from dpkit.engine import Ledger
 
+    if args.delta is not None and not 0 < args.delta < 1:
+        raise InvalidParameterError("--delta", args.delta, "must be a real number with 0 < delta < 1")
     if not os.path.lexists(args.ledger):  # reading a budget must never create a ledger
         raise InvalidParameterError("--ledger", args.ledger, "must name an existing ledger file")
     with Ledger(args.ledger) as ledger:
         entries = ledger.entries()
         budget, spent, remaining = ledger.budget, ledger.spent, ledger.remaining
+    converted = _as_approx(spent, args.delta)
     if args.json:
         report = {
             "ledger": args.ledger,
             "budget": _guarantee_json(budget),
             "spent": _guarantee_json(spent),
             "remaining": _guarantee_json(remaining),
+            **({"spent_as_approx_dp": _guarantee_json(converted)} if converted is not None else {}),
             "entries": [
                 {
                     "index": entry.index,
@@ -184,12 +194,31 @@ def _budget(args: argparse.Namespace) -> int:
     print(f"ledger:    {args.ledger} ({budget.neighbours.value} neighbours)")
     print(f"budget:    {_guarantee_text(budget)}")
     print(f"spent:     {_guarantee_text(spent)}")
+    if converted is not None:
+        print(f"           as (epsilon, delta)-DP: {_guarantee_text(converted)}")
     print(f"remaining: {_guarantee_text(remaining)}")
     print(f"entries:   {len(entries)}")
     for entry in entries:
         description = " ".join(entry.description.split())  # one line per entry
         print(f"  {entry.index:>5}  {entry.time}  {entry.analyst}  {_guarantee_text(entry.cost)}  {description}")
     return 0
+
+
+def _as_approx(spent: Any, delta: float | None) -> Any:
+    """``spent`` converted to (epsilon, delta)-DP at ``delta`` (``--delta``), or None without one.
+
+    Only zCDP and approximate zCDP spends convert; ``--delta`` with another kind is refused by name.
+    """
+    from dpkit import InvalidParameterError
+    from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP
+
+    if delta is None:
+        return None
+    if isinstance(spent, ZCDP | ApproxZCDP):
+        return spent.to_approx(delta)
+    if isinstance(spent, ApproxDP) and spent.epsilon_exact == 0 and spent.delta_exact == 0:
+        return spent  # nothing spent yet
+    raise InvalidParameterError("--delta", delta, "converts zCDP or approximate zCDP spends only")
 
 
 def _exact_parts(guarantee: Any) -> dict[str, Fraction]:

@@ -9,7 +9,7 @@ import pytest
 
 from dpkit.cli import main
 from dpkit.engine import Ledger
-from dpkit.guarantees import ZCDP, ApproxDP, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, PureDP
 
 
 @pytest.fixture(autouse=True)
@@ -70,6 +70,39 @@ def test_an_empty_zcdp_ledger_reports_nothing_spent(tmp_path: Path, capsys: pyte
     assert report["budget"]["rho_exact"] == "1/2"
     assert report["spent"]["kind"] == "ApproxDP" and report["spent"]["epsilon"] == 0.0
     assert report["remaining"]["kind"] == "ZCDP" and report["entries"] == []
+
+
+def test_an_approximate_zcdp_spend_is_shown_as_epsilon_delta_at_the_given_delta(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "azcdp.db"
+    with Ledger(path, ApproxZCDP(0.05, 1e-6)) as ledger:
+        ledger.reserve(ApproxZCDP(0.01, 1e-7), description="SELECT region, COUNT(*) FROM t GROUP BY region")
+    expected = ApproxZCDP(0.01, 1e-7).to_approx(1e-6)
+    assert main(["budget", "--ledger", str(path), "--delta", "1e-6"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "spent:     ApproxZCDP(rho=0.01, delta=1e-07)" in lines
+    assert f"           as (epsilon, delta)-DP: ApproxDP(epsilon={expected.epsilon!r}, delta=1.1e-06)" in lines
+    assert main(["budget", "--ledger", str(path), "--delta", "1e-6", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["spent_as_approx_dp"]["epsilon"] == expected.epsilon
+    assert report["spent_as_approx_dp"]["delta_exact"] == "11/10000000"
+    assert main(["budget", "--ledger", str(path), "--json"]) == 0
+    assert "spent_as_approx_dp" not in json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("delta", ["0", "1", "nan", "-1e-6"])
+def test_a_bad_conversion_delta_is_refused_by_name(
+    ledger_file: Path, delta: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["budget", "--ledger", str(ledger_file), f"--delta={delta}"]) == 2
+    assert "--delta" in capsys.readouterr().err
+
+
+def test_an_epsilon_delta_spend_is_not_converted(ledger_file: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["budget", "--ledger", str(ledger_file), "--delta", "1e-6"]) == 2
+    error = capsys.readouterr().err
+    assert "--delta" in error and "zCDP" in error
 
 
 def test_a_missing_ledger_is_an_error_and_is_not_created(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

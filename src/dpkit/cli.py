@@ -6,7 +6,7 @@ prints secure noise draws (useful to check an installation); ``dpkit account dps
 accountant says about a workload, side by side (``--json`` for scripts, ``--plot FILE.png`` for
 the trade-off curve); ``dpkit budget --ledger FILE`` prints a persistent ledger's budget, what
 was spent, what remains and every debit (``--json`` for scripts; ``--delta D`` also shows a zCDP
-or approximate zCDP spend as (epsilon, delta)-DP); ``dpkit query DATA "SQL"
+or approximate zCDP budget, and the spend, as (epsilon, delta)-DP); ``dpkit query DATA "SQL"
 --privacy-unit COL --bounds COL=LO:HI --epsilon E [--delta D] [--ledger FILE]`` runs one private
 query over a Parquet or CSV file (see ``dpkit query --help``).
 """
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     budget.add_argument(
         "--delta",
         type=float,
-        help="also show a zCDP or approximate zCDP spend as (epsilon, delta)-DP, converting at this delta",
+        help="also show a zCDP or approximate zCDP budget and spend as (epsilon, delta)-DP, converting at this delta",
     )
     from dpkit.engine._cli import add_query_parser
 
@@ -169,14 +169,22 @@ def _budget(args: argparse.Namespace) -> int:
     with Ledger(args.ledger) as ledger:
         entries = ledger.entries()
         budget, spent, remaining = ledger.budget, ledger.spent, ledger.remaining
-    converted = _as_approx(spent, args.delta)
+    # The filter certifies the budget, whatever the queries; the spend's conversion holds for
+    # queries fixed in advance (for adaptively chosen rho it would be an odometer claim).
+    certified, spent_converted = _as_approx(budget, args.delta), _as_approx(spent, args.delta)
+    conversions = {}
+    if certified is not None:
+        conversions = {
+            "budget_as_approx_dp": _guarantee_json(certified),
+            "spent_as_approx_dp_if_not_adaptive": _guarantee_json(spent_converted),
+        }
     if args.json:
         report = {
             "ledger": args.ledger,
             "budget": _guarantee_json(budget),
             "spent": _guarantee_json(spent),
             "remaining": _guarantee_json(remaining),
-            **({"spent_as_approx_dp": _guarantee_json(converted)} if converted is not None else {}),
+            **conversions,
             "entries": [
                 {
                     "index": entry.index,
@@ -193,9 +201,11 @@ def _budget(args: argparse.Namespace) -> int:
         return 0
     print(f"ledger:    {args.ledger} ({budget.neighbours.value} neighbours)")
     print(f"budget:    {_guarantee_text(budget)}")
+    if certified is not None:
+        print(f"           as (epsilon, delta)-DP: {_guarantee_text(certified)} (whatever the queries)")
     print(f"spent:     {_guarantee_text(spent)}")
-    if converted is not None:
-        print(f"           as (epsilon, delta)-DP: {_guarantee_text(converted)}")
+    if spent_converted is not None:
+        print(f"           as (epsilon, delta)-DP: {_guarantee_text(spent_converted)} (if not chosen adaptively)")
     print(f"remaining: {_guarantee_text(remaining)}")
     print(f"entries:   {len(entries)}")
     for entry in entries:
@@ -204,21 +214,19 @@ def _budget(args: argparse.Namespace) -> int:
     return 0
 
 
-def _as_approx(spent: Any, delta: float | None) -> Any:
-    """``spent`` converted to (epsilon, delta)-DP at ``delta`` (``--delta``), or None without one.
-
-    Only zCDP and approximate zCDP spends convert; ``--delta`` with another kind is refused by name.
-    """
+def _as_approx(guarantee: Any, delta: float | None) -> Any:
+    """A zCDP or approximate zCDP ``guarantee`` converted to (epsilon, delta)-DP at ``delta`` (``--delta``),
+    or None without one; ``--delta`` for another kind of ledger is refused by name."""
     from dpkit import InvalidParameterError
     from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP
 
     if delta is None:
         return None
-    if isinstance(spent, ZCDP | ApproxZCDP):
-        return spent.to_approx(delta)
-    if isinstance(spent, ApproxDP) and spent.epsilon_exact == 0 and spent.delta_exact == 0:
-        return spent  # nothing spent yet
-    raise InvalidParameterError("--delta", delta, "converts zCDP or approximate zCDP spends only")
+    if isinstance(guarantee, ZCDP | ApproxZCDP):
+        return guarantee.to_approx(delta)
+    if isinstance(guarantee, ApproxDP) and guarantee.epsilon_exact == 0 and guarantee.delta_exact == 0:
+        return guarantee  # nothing (an empty zCDP ledger)
+    raise InvalidParameterError("--delta", delta, "converts the budget of a zCDP or approximate zCDP ledger only")
 
 
 def _exact_parts(guarantee: Any) -> dict[str, Fraction]:

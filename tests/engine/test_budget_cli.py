@@ -72,23 +72,27 @@ def test_an_empty_zcdp_ledger_reports_nothing_spent(tmp_path: Path, capsys: pyte
     assert report["remaining"]["kind"] == "ZCDP" and report["entries"] == []
 
 
-def test_an_approximate_zcdp_spend_is_shown_as_epsilon_delta_at_the_given_delta(
+def test_an_approximate_zcdp_budget_and_spend_are_shown_as_epsilon_delta_at_the_given_delta(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The budget's conversion is what the filter certifies; the spend's holds for queries fixed in advance."""
     path = tmp_path / "azcdp.db"
     with Ledger(path, ApproxZCDP(0.05, 1e-6)) as ledger:
         ledger.reserve(ApproxZCDP(0.01, 1e-7), description="SELECT region, COUNT(*) FROM t GROUP BY region")
-    expected = ApproxZCDP(0.01, 1e-7).to_approx(1e-6)
+    certified, spent = ApproxZCDP(0.05, 1e-6).to_approx(1e-6), ApproxZCDP(0.01, 1e-7).to_approx(1e-6)
     assert main(["budget", "--ledger", str(path), "--delta", "1e-6"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "spent:     ApproxZCDP(rho=0.01, delta=1e-07)" in lines
-    assert f"           as (epsilon, delta)-DP: ApproxDP(epsilon={expected.epsilon!r}, delta=1.1e-06)" in lines
+    budget_line = f"           as (epsilon, delta)-DP: ApproxDP(epsilon={certified.epsilon!r}, delta=2e-06)"
+    assert budget_line + " (whatever the queries)" in lines
+    spent_line = f"           as (epsilon, delta)-DP: ApproxDP(epsilon={spent.epsilon!r}, delta=1.1e-06)"
+    assert spent_line + " (if not chosen adaptively)" in lines
     assert main(["budget", "--ledger", str(path), "--delta", "1e-6", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert report["spent_as_approx_dp"]["epsilon"] == expected.epsilon
-    assert report["spent_as_approx_dp"]["delta_exact"] == "11/10000000"
+    assert report["budget_as_approx_dp"]["epsilon"] == certified.epsilon
+    assert report["spent_as_approx_dp_if_not_adaptive"]["delta_exact"] == "11/10000000"
     assert main(["budget", "--ledger", str(path), "--json"]) == 0
-    assert "spent_as_approx_dp" not in json.loads(capsys.readouterr().out)
+    assert "budget_as_approx_dp" not in json.loads(capsys.readouterr().out)
 
 
 @pytest.mark.parametrize("delta", ["0", "1", "nan", "-1e-6"])

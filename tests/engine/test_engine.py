@@ -504,7 +504,7 @@ def test_an_approximate_zcdp_budget_gives_selection_the_whole_delta_and_charges_
         s.release(query, rho=0.01, delta=1e-9)
     assert s.remaining == dpkit.ApproxZCDP(0.03, 0)
     s.release(public, rho=0.03, rng=InsecureSeededRandom(7))  # exactly the rest of rho
-    assert s.remaining == dpkit.ApproxDP(0, 0)
+    assert s.remaining == dpkit.ApproxZCDP(0, 0)
 
 
 @pytest.mark.parametrize(

@@ -125,8 +125,8 @@ def test_approximate_zcdp_budget_adds_rho_and_delta_exactly_and_survives_reopeni
         assert refused.value.requested == ApproxZCDP(0.001, 1e-12)
         ledger.reserve(ZCDP(0.005))
         ledger.reserve(PureDP(0.1))  # 0.1^2 / 2 = 0.005 exactly
-        assert ledger.spent == ApproxZCDP(0.1, 1e-6) and ledger.remaining == NOTHING
-        assert not ledger.can_afford(ZCDP(1e-9))
+        assert ledger.spent == ApproxZCDP(0.1, 1e-6) and ledger.remaining == ApproxZCDP(0, 0)
+        assert ledger.spent.within(ledger.budget) and not ledger.can_afford(ZCDP(1e-9))
         assert [entry.cost for entry in ledger.entries()[-2:]] == [ZCDP(0.005), PureDP(0.1)]
     if where == "file":
         with Ledger(tmp_path / "ledger.db", budget) as reopened:
@@ -135,6 +135,29 @@ def test_approximate_zcdp_budget_adds_rho_and_delta_exactly_and_survives_reopeni
             assert len(reopened.entries()) == 12
         with pytest.raises(InvalidParameterError, match="budget"):
             Ledger(tmp_path / "ledger.db", ApproxZCDP(0.1, 2e-6))
+        with sqlite3.connect(tmp_path / "ledger.db") as raw:
+            assert raw.execute("SELECT version FROM ledger_meta").fetchone() == (2,)
+        raw.close()
+
+
+def test_an_empty_approximate_zcdp_ledger_reports_zero_of_its_own_kind() -> None:
+    with Ledger(budget=ApproxZCDP(0.1, 1e-6)) as ledger:
+        assert ledger.spent == ApproxZCDP(0, 0) and ledger.spent.within(ledger.budget)
+        assert ledger.remaining == ApproxZCDP(0.1, 1e-6)
+
+
+@pytest.mark.parametrize(("budget", "version"), [(ApproxZCDP(0.1, 1e-6), 1), (ZCDP(0.1), 2), (PureDP(1.0), 2)])
+def test_a_version_that_does_not_match_the_budget_kind_is_corrupted(
+    tmp_path: Path, budget: object, version: int
+) -> None:
+    """Version 2 marks ledgers that may hold approximate zCDP (older dpkit refuses them as unknown)."""
+    path = tmp_path / "ledger.db"
+    Ledger(path, budget).close()  # type: ignore[arg-type]
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE ledger_meta SET version = ?", (version,))
+    raw.close()
+    with pytest.raises(LedgerCorruptedError, match="version"):
+        Ledger(path, budget)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -142,6 +165,7 @@ def test_approximate_zcdp_budget_adds_rho_and_delta_exactly_and_survives_reopeni
     [
         (ApproxZCDP(1.0, 1e-6), ApproxDP(0.1, 1e-9)),
         (ZCDP(1.0), ApproxZCDP(0.01, 1e-9)),
+        (ZCDP(1.0), ApproxZCDP(0.01, 0.0)),
         (ApproxDP(1.0, 1e-6), ApproxZCDP(0.01, 1e-9)),
         (PureDP(1.0), ApproxDP(0.1, 0.0)),
         (PureDP(1.0), ApproxDP(0.1, 1e-9)),

@@ -44,6 +44,7 @@ CHILD = textwrap.dedent(
     connection = duckdb.connect()
     connection.execute("SET memory_limit = '48MB'")
     connection.execute("SET threads = 1")
+    connection.execute("SET enable_progress_bar = false")  # stdout carries the JSON report only
     connection.execute(f"SET temp_directory = '{spill}'")
     budget = dpkit.ApproxDP(1000, 1e-3)
     before = peak_mib()

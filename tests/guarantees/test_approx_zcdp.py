@@ -11,6 +11,7 @@ import pytest
 
 from dpkit import ZCDP, ApproxDP, ApproxZCDP, InvalidParameterError, NeighbourRelation, PureDP
 from dpkit.guarantees import compose
+from dpkit.guarantees._guarantees import float_at_most
 
 
 @pytest.mark.parametrize(
@@ -139,6 +140,21 @@ def test_from_approx_is_the_largest_budget_within_the_target():
     no_selection = ApproxZCDP.from_approx(1.0, 1e-6, selection_share=0.0)
     assert no_selection.delta == 0 and no_selection.rho > budget.rho
     assert math.isclose(no_selection.rho, budget.rho, rel_tol=0.1)
+
+
+@pytest.mark.parametrize(("delta", "share"), [(2**-20, 1 / 3), (1e-5, 1 / 97), (1e-6, 0.5), (3e-7, 0.1)])
+def test_from_approx_splits_any_delta_exactly(delta, share):
+    """selection + conversion never exceeds delta, even when the conversion is not a short decimal."""
+    budget = ApproxZCDP.from_approx(1.0, delta, selection_share=share)
+    rest = Fraction(str(delta)) - budget.delta_exact
+    assert budget.rho > 0.01
+    assert budget.to_approx(float_at_most(rest)).within(ApproxDP(1.0, delta))
+
+
+def test_a_tiny_rho_converts_to_epsilon_zero_not_an_error():
+    assert ZCDP(1e-12).to_approx(1e-5) == ApproxDP(0.0, 1e-5)
+    tiny = ApproxZCDP(1e-12, 1e-7).to_approx(1e-5)
+    assert tiny.epsilon == pytest.approx(1e-7, rel=1e-6) and tiny.delta_exact == Fraction(101, 10**7)
 
 
 @pytest.mark.parametrize("share", [1.0, -0.1, float("nan")])

@@ -40,6 +40,7 @@ from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
 from dpkit.engine._backends import ColumnInfo
 from dpkit.engine._plan import AUTO, NUMERIC_KINDS, Aggregate, Bin, Contribution, Query, check_bounds_pair
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
+from dpkit.guarantees._guarantees import float_at_most as _round_down
 from dpkit.guarantees._guarantees import largest_rho
 from dpkit.mechanisms import DiscreteGaussian, DiscreteLaplace, Exponential, Laplace
 from dpkit.noise import RandomSource, grid_exponent, snap_to_grid
@@ -89,14 +90,6 @@ class Request:
     rho: Fraction | None
     accuracy: float | dict[str, float] | None
     alpha: float
-
-
-def _round_down(value: Fraction) -> float:
-    """Largest float whose decimal reading (how guarantees read floats) is <= value."""
-    result = float(value)
-    while as_fraction(result) > value:
-        result = math.nextafter(result, 0.0)
-    return result
 
 
 def parse_request(

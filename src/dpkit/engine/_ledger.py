@@ -25,7 +25,13 @@ whole ledger (``ApproxZCDP.to_approx``), not once per query.
 Zero values: ``PureDP`` and ``ZCDP`` need a positive parameter, so "nothing" is reported as
 ``ApproxDP(0, 0)``, the guarantee of releasing nothing: :attr:`Ledger.spent` of an empty
 PureDP or ZCDP ledger, and :attr:`Ledger.remaining` of an exhausted one. Otherwise both have the
-budget's kind.
+budget's kind (an ApproxZCDP ledger reports ``ApproxZCDP(0, 0)``).
+
+What a ledger certifies is its budget: the whole interaction, however each query was chosen, is
+within it. :attr:`Ledger.spent` is exact bookkeeping of the debits; for pure and (epsilon, delta)
+costs it is also a bound on the privacy lost so far, but the (epsilon, delta) reading of a zCDP
+spend (``spent.to_approx(d)``) assumes the queries so far were fixed in advance (with adaptively
+chosen rho it would be an odometer claim, which needs more: Whitehouse et al. 2023).
 
 Storage and durability
 ----------------------
@@ -94,6 +100,15 @@ __all__ = ["Ledger", "LedgerEntry"]
 
 _FORMAT = "dpkit-ledger"
 _VERSION = 1
+#: Ledgers with an ApproxZCDP budget are format version 2, so a dpkit that predates approximate zCDP
+#: refuses them as an unknown version instead of reading their entries as malformed.
+_VERSION_APPROX_ZCDP = 2
+
+
+def _version(budget: Guarantee) -> int:
+    return _VERSION_APPROX_ZCDP if isinstance(budget, ApproxZCDP) else _VERSION
+
+
 _KEY_ENV = "DPKIT_LEDGER_KEY"
 _MIN_KEY_BYTES = 16
 #: How long a debit waits for other processes holding the write lock before giving up.
@@ -266,7 +281,7 @@ def _genesis(key: bytes | None, budget: Guarantee, salt: str, keyed: bool, creat
     text = _canonical(
         {
             "format": _FORMAT,
-            "version": _VERSION,
+            "version": _version(budget),
             "budget": _fields(budget),
             "salt": salt,
             "keyed": keyed,
@@ -325,12 +340,10 @@ def _charge(cost: object, budget: Guarantee) -> _Totals:
         )
     if isinstance(cost, ZCDP):
         return (cost.rho_exact,)
-    if isinstance(cost, ApproxZCDP) and cost.delta_exact == 0:
-        return (cost.rho_exact,)
     if isinstance(cost, PureDP):
         return (cost.to_zcdp().rho_exact,)
     raise InvalidParameterError(
-        "cost", cost, "a ZCDP budget accepts ZCDP and PureDP costs (approximate DP does not imply zCDP)"
+        "cost", cost, "a ZCDP budget accepts ZCDP and PureDP costs (approximate DP or zCDP does not imply zCDP)"
     )
 
 
@@ -350,9 +363,7 @@ def _spent_guarantee(totals: _Totals, budget: Guarantee) -> Guarantee:
     relation = budget.neighbours
     if isinstance(budget, ApproxDP):
         return ApproxDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
-    if isinstance(budget, ApproxZCDP):
-        if totals[0] == 0 and totals[1] == 0:
-            return ApproxDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
+    if isinstance(budget, ApproxZCDP):  # ApproxZCDP(0, 0) is a valid value: nothing spent, or left
         return ApproxZCDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
     if totals[0] == 0:
         return ApproxDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
@@ -466,7 +477,7 @@ def _initialise(connection: sqlite3.Connection, budget: Guarantee, key: bytes | 
             f"INSERT INTO ledger_meta (singleton, {_META_COLUMNS}) VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)",
             (
                 _FORMAT,
-                _VERSION,
+                _version(budget),
                 fields["kind"],
                 fields["epsilon"],
                 fields["delta"],
@@ -797,9 +808,11 @@ class Ledger:
         if len(rows) != 1:
             raise LedgerCorruptedError(f"{self._name}: expected one meta row, found {len(rows)}")
         (form, version, kind, epsilon, delta, rho, neighbours, salt, keyed, created, genesis, head, count) = rows[0]
-        if form != _FORMAT or version != _VERSION:
+        if form != _FORMAT or version not in (_VERSION, _VERSION_APPROX_ZCDP):
             raise LedgerCorruptedError(f"{self._name}: unknown format {form!r} version {version!r}")
         budget = _guarantee_from_fields(kind, epsilon, delta, rho, neighbours, f"{self._name}: stored budget")
+        if version != _version(budget):
+            raise LedgerCorruptedError(f"{self._name}: version {version!r} does not match its {kind} budget")
         if not (isinstance(salt, str) and _HEX32.fullmatch(salt)):
             raise LedgerCorruptedError(f"{self._name}: malformed salt")
         if keyed not in (0, 1) or isinstance(keyed, float) or not isinstance(created, str):

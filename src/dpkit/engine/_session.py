@@ -333,7 +333,8 @@ class Session:
     def release(self, query: QueryBuilder | Query | str, *, rng: RandomSource | None = None, **cost: Any) -> Result:
         """Spend the query's cost from the ledger, then run it and release noisy answers.
 
-        ``cost``: ``epsilon`` (and ``delta``) for PureDP/ApproxDP budgets, ``rho`` for zCDP, or
+        ``cost``: ``epsilon`` (and ``delta``) for PureDP/ApproxDP budgets, ``rho`` for zCDP,
+        ``rho`` and ``delta`` for ApproxZCDP (delta is charged only when private keys select), or
         ``accuracy`` (a half-width, or a mapping aggregate -> half-width, at ``alpha``) instead of
         epsilon; ``alpha`` (default 0.05) for the intervals; ``bounds`` per column;
         ``mechanism`` ("auto", "laplace", "gaussian"). ``rng`` is for tests only.
@@ -388,7 +389,9 @@ def _minus(remaining: Guarantee, cost: Guarantee) -> Guarantee | None:
     if isinstance(remaining, ApproxZCDP) and isinstance(cost, ApproxZCDP):
         rho_left = remaining.rho_exact - cost.rho_exact
         delta_left = remaining.delta_exact - cost.delta_exact
-        return ApproxZCDP(rho_left, delta_left, remaining.neighbours) if rho_left > 0 else None  # type: ignore[arg-type]
+        if rho_left < 0 or delta_left < 0:
+            return None
+        return ApproxZCDP(rho_left, delta_left, remaining.neighbours)  # type: ignore[arg-type]
     if isinstance(remaining, ApproxZCDP) or isinstance(cost, ApproxZCDP):
         return None
     if isinstance(remaining, ZCDP) and isinstance(cost, ZCDP):

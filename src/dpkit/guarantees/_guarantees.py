@@ -43,6 +43,14 @@ def round_up(value: float, ulps: int = 4) -> float:
     return value
 
 
+def float_at_most(value: Fraction) -> float:
+    """The largest float whose decimal reading (how guarantees read floats) is <= ``value``."""
+    result = float(value)
+    while as_fraction(result) > value:
+        result = math.nextafter(result, 0.0)
+    return result
+
+
 def _check_relation(value: object) -> NeighbourRelation:
     if not isinstance(value, NeighbourRelation):
         raise InvalidParameterError("neighbours", value, "must be a dpkit.guarantees.NeighbourRelation")
@@ -275,9 +283,10 @@ class ZCDP:
         # The objective is convex in alpha; the optimum lies near 1 + sqrt(log(1/delta)/rho).
         guess = 1 + math.sqrt(log_inv_delta / rho)
         result = optimize.minimize_scalar(eps_of, bounds=(1 + 1e-9, max(4 * guess, 2.0)), method="bounded")
-        # Any alpha gives a valid bound, so a sub-optimal search is still safe.
+        # Any alpha gives a valid bound, so a sub-optimal search is still safe. For a tiny rho the
+        # bound can dip below 0: the guarantee then already holds at epsilon 0.
         best = min(simple, float(result.fun)) if result.success else simple
-        return ApproxDP(round_up(best, 8), d, self.neighbours)
+        return ApproxDP(max(0.0, round_up(best, 8)), d, self.neighbours)
 
     def under(self, neighbours: NeighbourRelation) -> ZCDP:
         return _under(self, neighbours)  # type: ignore[return-value]
@@ -410,7 +419,7 @@ class ApproxZCDP:
         if share >= 1:
             raise InvalidParameterError("selection_share", selection_share, "must be in [0, 1): the rest converts rho")
         selection = total * as_fraction(share)
-        conversion = float(total - selection)
+        conversion = float_at_most(total - selection)  # selection + conversion stays <= delta exactly
         target = ApproxDP(eps, total, neighbours)  # type: ignore[arg-type]
 
         def fits(rho: float) -> bool:

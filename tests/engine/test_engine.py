@@ -549,3 +549,27 @@ def test_gaussian_selection_releases_a_one_person_group_at_most_at_the_stated_ra
     margin = math.sqrt(math.log(1e6) / (2 * draws))  # target: selection delta over g = 2 groups
     assert (noisy >= tau).mean() <= target + margin
     assert (noisy >= tau - 2).mean() > target + margin  # a threshold two steps lower would break the claim
+
+
+@pytest.mark.parametrize(
+    "budget",
+    [
+        dpkit.PureDP(1.0, dpkit.NeighbourRelation.REPLACE_ONE),
+        dpkit.ApproxDP(1.0, 1e-6, dpkit.NeighbourRelation.REPLACE_ONE),
+        dpkit.ZCDP(0.5, dpkit.NeighbourRelation.REPLACE_ONE),
+        dpkit.ApproxZCDP(0.5, 1e-6, dpkit.NeighbourRelation.REPLACE_ONE),
+    ],
+)
+def test_a_replace_one_budget_is_refused_since_releases_are_calibrated_to_add_remove(people, budget, tmp_path):
+    """Sensitivities are those of adding or removing a person; a replacement moves a person's rows
+    between groups (twice the L1 change), so a replace-one label would understate the cost."""
+    with pytest.raises(InvalidParameterError) as refused:
+        session(people, budget=budget)
+    assert refused.value.name == "budget" and "ADD_REMOVE" in str(refused.value)
+    path = tmp_path / "replace.db"
+    E.Ledger(path, budget).close()
+    with pytest.raises(InvalidParameterError) as refused:
+        E.Session.from_pandas(people, name="people", privacy_unit="person_id", ledger=path)
+    assert refused.value.name == "ledger"
+    with E.Ledger(path) as ledger:
+        assert ledger.entries() == ()

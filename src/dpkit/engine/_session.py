@@ -34,13 +34,25 @@ from dpkit.engine._execute import combine, dry_run, execute, postprocess
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair
 from dpkit.engine._result import Preview, Result
-from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
+from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["Session"]
 
 
+_ADD_REMOVE_ONLY = (
+    "must be stated for adding or removing one person (NeighbourRelation.ADD_REMOVE): the engine "
+    "calibrates every release to that relation; a replace-one budget would need the sensitivities "
+    "of a replacement (a replace-one guarantee follows from add/remove by group privacy for 2)"
+)
+
+
 def _check_budget(budget: object) -> Guarantee | None:
+    if (
+        isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP)
+        and budget.neighbours is not NeighbourRelation.ADD_REMOVE
+    ):
+        raise InvalidParameterError("budget", budget, _ADD_REMOVE_ONLY)
     if budget is None or isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
         return budget
     raise InvalidParameterError(
@@ -124,6 +136,11 @@ class Session:
             if ledger is None and checked_budget is None:
                 raise InvalidParameterError("budget", None, "give a budget (or a ledger file that stores one)")
             self._ledger = Ledger(ledger, checked_budget, analyst=analyst)
+        if self._ledger.budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # a ledger file's own budget
+            stored = self._ledger.budget
+            if not isinstance(ledger, Ledger):
+                self._ledger.close()
+            raise InvalidParameterError("ledger", stored, _ADD_REMOVE_ONLY)
         self._analyst = analyst
         self._backend: Backend = make_backend(backend)
         self._name = name

@@ -153,3 +153,11 @@ def test_spark_leaves_no_views_or_cached_data_behind(engines):
     after = {t.name for t in session.catalog.listTables()}
     assert session._jsparkSession.sharedState().cacheManager().isEmpty()  # nothing left cached
     assert after == before and not any(name.startswith("__dpkit_") for name in after)
+
+
+@pytest.mark.parametrize(("columns", "repeated"), [(("region",), False), (("country",), True)])
+def test_both_engines_find_repeated_lookup_keys(engines, columns, repeated):
+    """The check behind refusing row-level joins that would duplicate rows ("E" is two regions' country)."""
+    duck, spark = engines
+    assert duck._backend.has_repeated_keys("regions", columns) is repeated
+    assert spark._backend.has_repeated_keys("regions", columns) is repeated

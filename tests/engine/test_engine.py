@@ -573,3 +573,78 @@ def test_a_replace_one_budget_is_refused_since_releases_are_calibrated_to_add_re
     assert refused.value.name == "ledger"
     with E.Ledger(path) as ledger:
         assert ledger.entries() == ()
+
+
+@pytest.mark.parametrize("salt", [f"s{i}" for i in range(8)])
+@pytest.mark.parametrize("keys", ["private", "public, ranked in SQL"])
+def test_a_negative_zero_group_key_cannot_reorder_other_peoples_groups(salt, keys):
+    """-0.0 and 0.0 are one group. Which form a table holds must not change the group's salted rank:
+    otherwise one added person (a row at -0.0) flips which group everyone in two groups keeps (k = g = 1)."""
+    base = [{"person_id": p, "c": None, "v": value} for p in range(20) for value in (0.0, 1.0)]
+    neighbour = [{"person_id": 999, "c": None, "v": -0.0}, *base]
+    results = []
+    for rows in (base, neighbour):
+        frame = pd.DataFrame(rows).astype({"c": "float64"})
+        s = E.Session.from_pandas(frame, name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3))
+        if keys == "private":
+            grouped = s.table().group_by("v")
+        else:  # a key column with only NULL keys: the key list is built from the groups present
+            grouped = s.table().group_by("c", "v", keys=[(None, 0.0), (None, 1.0)])
+        query = grouped.bound(rows_per_group=1, groups_per_person=1).agg(n=E.count(), p=E.count_distinct())
+        _, result = exact_aggregates(s, query, salt=salt, epsilon=1.0, delta=1e-6)
+        results.append(
+            {
+                key: (rows_, persons)
+                for key, rows_, persons in zip(
+                    result.keys, result.columns["rows"], result.columns["persons"], strict=True
+                )
+            }
+        )
+        assert all(math.copysign(1.0, key[-1]) > 0 for key in result.keys)  # released as 0.0, never -0.0
+    before, after = results
+    for position in (0, 1):
+        change = sum(abs(after.get(k, (0, 0))[position] - before.get(k, (0, 0))[position]) for k in {*before, *after})
+        assert change <= 1  # k = g = 1: one added person moves one count by one
+
+
+def test_row_level_privacy_refuses_a_lookup_whose_join_key_repeats():
+    """privacy_unit=None: rows are not bounded, so a repeated lookup key would count one private row
+    several times (L1 2 for one added row where 1 is claimed). Refused by name, nothing spent; a
+    lookup with one row per key, or a privacy unit column (rows are then bounded per person), is fine."""
+    private = pd.DataFrame({"person_id": [1, 2, 3], "region": ["a", "b", "b"], "x": [1.0, 2.0, 3.0]})
+    repeated = pd.DataFrame({"region": ["a", "a", "b", None, None], "country": ["A", "A2", "B", "X", "Y"]})
+    unique = pd.DataFrame({"region": ["a", "b", None, None], "country": ["A", "B", "X", "Y"]})  # NULLs never join
+    budget = dpkit.ApproxDP(10, 1e-3)
+
+    def rows_session(lookup, unit=None):
+        return E.Session.from_pandas(
+            private, name="people", privacy_unit=unit, budget=budget, public_tables={"lookup": lookup}
+        )
+
+    s = rows_session(repeated)
+    query = s.table().join("lookup", on="region").group_by("country", keys=["A", "A2", "B"]).agg(n=E.count())
+    for attempt in (lambda: s.preview(query, epsilon=1.0), lambda: s.release(query, epsilon=1.0)):
+        with pytest.raises(InvalidParameterError) as refused:
+            attempt()
+        assert refused.value.name == "join" and "region" in str(refused.value)
+    assert s.remaining == budget
+    s = rows_session(unique)
+    s.release(s.table().join("lookup", on="region").agg(n=E.count()), epsilon=1.0, rng=InsecureSeededRandom(3))
+    s = rows_session(repeated, unit="person_id")
+    s.release(s.table().join("lookup", on="region").agg(n=E.count()), epsilon=1.0, rng=InsecureSeededRandom(3))
+
+
+def test_automatic_bounds_candidates_are_sorted_and_always_give_low_below_high():
+    """Post-processing of the two released split points: sorted, within +-2^59, and widened to
+    low < high even when both land on the lowest or the highest candidate (found in review)."""
+    from dpkit.engine._compiler import log2_candidates
+    from dpkit.engine._execute import auto_bound_candidates, widen
+
+    order, splits = log2_candidates()
+    candidates = auto_bound_candidates(splits)
+    assert len(candidates) == len(order) + 1 and candidates == sorted(candidates)
+    assert candidates[0] == -(2.0**59) and candidates[-1] == 2.0**59
+    for value in (candidates[0], candidates[1], 0.0, candidates[-2], candidates[-1]):
+        low, high = widen(value, value, candidates)
+        assert -(2.0**59) <= low < high <= 2.0**59 and value in (low, high)
+    assert widen(-1.0, 3.0, candidates) == (-1.0, 3.0)

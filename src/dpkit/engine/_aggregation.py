@@ -144,6 +144,8 @@ class AggregationPlan:
     moments: tuple[Moment, ...] = ()
     histogram: Histogram | None = None
     salt: str = ""
+    #: Group columns of a floating type: their zero is written one way (see ``_group_expression``).
+    float_groups: frozenset[str] = frozenset()
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -218,8 +220,19 @@ def _clamped(column: str, low: float, high: float, fill: float) -> str:
     )
 
 
-def _group_expression(group: GroupKey) -> str:
+def repeated_keys_sql(table: str, columns: tuple[str, ...]) -> str:
+    """A query with a row when some non-NULL combination of ``columns`` appears twice in ``table``."""
+    names = ", ".join(_quote(c) for c in columns)
+    present = " AND ".join(f"{_quote(c)} IS NOT NULL" for c in columns)
+    return f"SELECT 1 FROM {_quote(table)} WHERE {present} GROUP BY {names} HAVING COUNT(*) > 1 LIMIT 1"
+
+
+def _group_expression(group: GroupKey, float_groups: frozenset[str] = frozenset()) -> str:
     if not isinstance(group, Bin):
+        if group in float_groups:
+            # -0.0 and 0.0 are one group; which form a group shows (and so its text, which the
+            # salted ranking hashes) must not depend on which rows are present.
+            return f"(CASE WHEN {_quote(group)} = 0 THEN abs({_quote(group)}) ELSE {_quote(group)} END)"
         return _quote(group)
     value = f"CAST({_quote(group.column)} AS DOUBLE)"
     labels = group.labels
@@ -278,7 +291,9 @@ def _bin_expression(histogram: Histogram) -> str:
 def render_sql(plan: AggregationPlan) -> str:
     """The bounded aggregation as one DuckDB-dialect statement (backends transpile it)."""
     groups = [f"__g{i}" for i in range(len(plan.groups))]
-    select = [f"{_group_expression(g)} AS {name}" for g, name in zip(plan.groups, groups, strict=True)]
+    select = [
+        f"{_group_expression(g, plan.float_groups)} AS {name}" for g, name in zip(plan.groups, groups, strict=True)
+    ]
     person = _quote(plan.person) if plan.person is not None else None
     if person is not None:
         select.insert(0, f"{person} AS __pid")

@@ -24,6 +24,7 @@ from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
     render_sql,
+    repeated_keys_sql,
     to_dialect,
     view_steps,
 )
@@ -64,6 +65,9 @@ class Backend(Protocol):
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
         """Run the bounded aggregation; exact integer results."""
+
+    def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
+        """Whether a (public) table holds some non-NULL combination of ``columns`` twice."""
 
 
 def _collect(rows: list[tuple[Any, ...]], plan: AggregationPlan) -> AggregationResult:
@@ -159,6 +163,9 @@ class DuckDBBackend:
         """Bind and plan ``plan`` without reading rows (EXPLAIN); raises what running it would on schema errors."""
         self._connection.execute("EXPLAIN " + render_sql(plan)).fetchall()
 
+    def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
+        return bool(self._connection.execute(repeated_keys_sql(table, columns)).fetchall())
+
     def progress(self) -> float | None:
         """Fraction done of the query running now (from another thread), or None if unknown."""
         value = float(self._connection.query_progress())
@@ -242,6 +249,9 @@ class SparkBackend:
     def check(self, plan: AggregationPlan) -> None:
         """Analyse ``plan`` without running it (Spark plans lazily); raises on schema errors."""
         self._spark.sql(to_dialect(render_sql(plan), "spark"))
+
+    def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
+        return bool(self._spark.sql(to_dialect(repeated_keys_sql(table, columns), "spark")).collect())
 
     def progress(self) -> float | None:
         """Fraction of the active stages' tasks completed (from another thread), or None if idle."""

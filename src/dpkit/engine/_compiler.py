@@ -171,6 +171,8 @@ class CompiledQuery:
     #: otherwise computed for selection only). Laplace mode: discrete Laplace at
     #: ``selection_epsilon``; Gaussian mode: the statistic's discrete Gaussian at its rho share.
     selection_key: str = "persons"
+    #: Group columns of a floating type (their -0.0 is grouped, ranked and released as 0.0).
+    float_groups: frozenset[str] = frozenset()
 
     @property
     def public_keys(self) -> bool:
@@ -571,7 +573,10 @@ def compile_query(
         raise InvalidParameterError("aggregates", (), "the query has no aggregates; add .agg(...) or SELECT one")
     if query.table != context.table:
         raise InvalidParameterError("table", query.table, f"this session's private table is {context.table!r}")
-    _check_columns(query, context)
+    available = _check_columns(query, context)
+    float_groups = frozenset(
+        g for g in query.group_by if isinstance(g, str) and available[g].numeric and not available[g].integer
+    )
     contribution = query.contribution or context.contribution
     if context.privacy_unit is None and (contribution.rows_per_group, contribution.groups_per_person) != (1, 1):
         if query.contribution is not None:
@@ -657,6 +662,7 @@ def compile_query(
         gaussian_delta=gaussian_delta,
         cost=cost,
         selection_key=selection_key,
+        float_groups=float_groups,
     )
     compiled.verify()
     return compiled
@@ -793,6 +799,7 @@ def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:
         "rows_per_group": compiled.contribution.rows_per_group,
         "groups_per_person": compiled.contribution.groups_per_person,
         "salt": salt,
+        "float_groups": compiled.float_groups,
     }
     return AggregationPlan(**(base | fields))
 

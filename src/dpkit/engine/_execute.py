@@ -63,16 +63,33 @@ def _auto_bounds(
     weights = [counts.get(b, 0) / _WEIGHT for b in order]
     mechanism = compiled.mechanism(statistic, 1)
     assert isinstance(mechanism, SelectionNoise)
-    candidates = [-math.ldexp(1.0, 59), *splits[:-1], math.ldexp(1.0, 59)]
     low_level, high_level = compiled.levels(statistic)
+    candidates = auto_bound_candidates(splits)
     low = _quantile(mechanism, candidates, weights, low_level, rng)
     high = _quantile(mechanism, candidates, weights, high_level, rng)
-    if low >= high:
-        position = candidates.index(low)
-        high = candidates[min(position + 1, len(candidates) - 1)]
-        if low >= high:
-            low = candidates[position - 1]
-    return (max(low, -(2.0**59)), min(high, 2.0**59))
+    return widen(low, high, candidates)
+
+
+#: The largest magnitude of an automatic bound (the fixed-point sums need |bound| <= 2^60).
+_AUTO_CAP = math.ldexp(1.0, 59)
+
+
+def auto_bound_candidates(splits: list[float]) -> list[float]:
+    """Split point i has the weight of bins 0 .. i-1 below it: the edges, then each bin's upper split,
+    clipped to +-2^59; sorted (equal values at the clipped ends)."""
+    inner = [min(max(value, -_AUTO_CAP), _AUTO_CAP) for value in splits[:-1]]
+    return [-_AUTO_CAP, *inner, _AUTO_CAP]
+
+
+def widen(low: float, high: float, candidates: list[float]) -> tuple[float, float]:
+    """``(low, high)`` if low < high; else the next candidate above ``low`` as high, or, at the top,
+    the next candidate below as low (post-processing of the two released split points)."""
+    if low < high:
+        return (low, high)
+    above = [c for c in candidates if c > low]
+    if above:
+        return (low, above[0])
+    return (max(c for c in candidates if c < low), low)
 
 
 def _quantile(

@@ -285,7 +285,20 @@ class Session:
                 f"unknown argument; allowed: {', '.join(sorted(allowed | {'bounds', 'rng'}))}",
             )
         request = parse_request(self._ledger.budget, **cost)
-        return compile_query(plan, self._context(), request, bounds=bounds)
+        compiled = compile_query(plan, self._context(), request, bounds=bounds)
+        if self._privacy_unit is None:
+            # One row is one person, and rows are not bounded: a lookup key that repeats would turn
+            # one private row into several. (Per person, the joined rows stay that person's rows.)
+            for join in plan.joins:
+                if self._backend.has_repeated_keys(join.table, join.on):
+                    raise InvalidParameterError(
+                        "join",
+                        join.table,
+                        f"with row-level privacy (privacy_unit=None) a lookup table needs one row per key; "
+                        f"some {', '.join(join.on)} value repeats in {join.table!r}, so one private row would "
+                        "count several times (deduplicate it, or give a privacy unit column)",
+                    )
+        return compiled
 
     def preview(self, query: QueryBuilder | Query | str, **cost: Any) -> Preview:
         """Cost and expected error of ``query`` without reading data or spending budget."""

@@ -161,3 +161,23 @@ def test_both_engines_find_repeated_lookup_keys(engines, columns, repeated):
     duck, spark = engines
     assert duck._backend.has_repeated_keys("regions", columns) is repeated
     assert spark._backend.has_repeated_keys("regions", columns) is repeated
+
+
+def test_both_engines_group_signed_zero_keys_alike(engines):
+    """Float group keys: -0.0 and 0.0 are one group, released as 0.0, on both engines. (NaN keys are
+    checked on DuckDB only: Spark's Arrow/pandas import turns NaN into NULL.)"""
+    import pyarrow as pa
+
+    _, spark = engines
+    values = [0.0, -0.0, 1.5, 0.0, -0.0, -0.0]
+    table = pa.table({"person_id": pa.array(range(len(values)), pa.int64()), "v": pa.array(values, pa.float64())})
+    options = {"name": "floats", "privacy_unit": "person_id", "budget": dpkit.ApproxDP(1000, 1e-3)}
+    duck_s = E.Session.from_arrow(table, **options)
+    spark_s = E.Session.from_arrow(table, backend=spark._backend, **options)
+    results = []
+    for session in (duck_s, spark_s):
+        query = session.table().group_by("v").bound(rows_per_group=1, groups_per_person=1).agg(n=E.count())
+        compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
+        result = session._backend.run(aggregation_plan(compiled, {}, "a fixed salt"))
+        results.append(sorted((repr(k[0]), n) for k, n in zip(result.keys, result.columns["rows"], strict=True)))
+    assert results[0] == results[1] == [("0.0", 5), ("1.5", 1)]

@@ -577,30 +577,34 @@ def test_a_replace_one_budget_is_refused_since_releases_are_calibrated_to_add_re
 
 @pytest.mark.parametrize("salt", [f"s{i}" for i in range(8)])
 @pytest.mark.parametrize("keys", ["private", "public, ranked in SQL"])
-def test_a_negative_zero_group_key_cannot_reorder_other_peoples_groups(salt, keys):
-    """-0.0 and 0.0 are one group. Which form a table holds must not change the group's salted rank:
-    otherwise one added person (a row at -0.0) flips which group everyone in two groups keeps (k = g = 1)."""
-    base = [{"person_id": p, "c": None, "v": value} for p in range(20) for value in (0.0, 1.0)]
-    neighbour = [{"person_id": 999, "c": None, "v": -0.0}, *base]
+@pytest.mark.parametrize(("value", "other_form"), [(0.0, -0.0), (math.nan, -math.nan)], ids=["zero", "nan"])
+def test_a_signed_zero_or_nan_group_key_cannot_reorder_other_peoples_groups(salt, keys, value, other_form):
+    """-0.0 and 0.0 are one group, and so are NaN and -NaN. Which form a table holds must not change
+    the group's salted rank: otherwise one added person (a row in the other form) flips which group
+    everyone in two groups keeps (k = g = 1). Arrow input keeps NaN as NaN (pandas would give NULL)."""
+    import pyarrow as pa
+
+    base = [(p, v) for p in range(20) for v in (value, 1.0)]
+    neighbour = [(999, other_form), *base]
     results = []
     for rows in (base, neighbour):
-        frame = pd.DataFrame(rows).astype({"c": "float64"})
-        s = E.Session.from_pandas(frame, name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3))
+        table = pa.table(
+            {
+                "person_id": pa.array([p for p, _ in rows], pa.int64()),
+                "c": pa.array([None] * len(rows), pa.float64()),
+                "v": pa.array([v for _, v in rows], pa.float64()),
+            }
+        )
+        s = E.Session.from_arrow(table, name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3))
         if keys == "private":
             grouped = s.table().group_by("v")
         else:  # a key column with only NULL keys: the key list is built from the groups present
-            grouped = s.table().group_by("c", "v", keys=[(None, 0.0), (None, 1.0)])
+            grouped = s.table().group_by("c", "v", keys=[(None, value), (None, 1.0)])
         query = grouped.bound(rows_per_group=1, groups_per_person=1).agg(n=E.count(), p=E.count_distinct())
         _, result = exact_aggregates(s, query, salt=salt, epsilon=1.0, delta=1e-6)
-        results.append(
-            {
-                key: (rows_, persons)
-                for key, rows_, persons in zip(
-                    result.keys, result.columns["rows"], result.columns["persons"], strict=True
-                )
-            }
-        )
-        assert all(math.copysign(1.0, key[-1]) > 0 for key in result.keys)  # released as 0.0, never -0.0
+        counts = zip(result.columns["rows"], result.columns["persons"], strict=True)
+        results.append({repr(key[-1]): pair for key, pair in zip(result.keys, counts, strict=True)})
+        assert all(math.copysign(1.0, key[-1]) > 0 for key in result.keys)  # released as 0.0 / nan, never signed
     before, after = results
     for position in (0, 1):
         change = sum(abs(after.get(k, (0, 0))[position] - before.get(k, (0, 0))[position]) for k in {*before, *after})

@@ -230,9 +230,10 @@ def repeated_keys_sql(table: str, columns: tuple[str, ...]) -> str:
 def _group_expression(group: GroupKey, float_groups: frozenset[str] = frozenset()) -> str:
     if not isinstance(group, Bin):
         if group in float_groups:
-            # -0.0 and 0.0 are one group; which form a group shows (and so its text, which the
-            # salted ranking hashes) must not depend on which rows are present.
-            return f"(CASE WHEN {_quote(group)} = 0 THEN abs({_quote(group)}) ELSE {_quote(group)} END)"
+            # -0.0 and 0.0 are one group, and so are NaN and -NaN; which form a group shows (and so
+            # its text, which the salted ranking hashes) must not depend on which rows are present.
+            column = _quote(group)
+            return f"(CASE WHEN {column} = 0 OR isnan({column}) THEN abs({column}) ELSE {column} END)"
         return _quote(group)
     value = f"CAST({_quote(group.column)} AS DOUBLE)"
     labels = group.labels

@@ -575,7 +575,12 @@ def compile_query(
         raise InvalidParameterError("table", query.table, f"this session's private table is {context.table!r}")
     available = _check_columns(query, context)
     float_groups = frozenset(
-        g for g in query.group_by if isinstance(g, str) and available[g].numeric and not available[g].integer
+        g
+        for g in query.group_by
+        if isinstance(g, str)
+        and available[g].numeric
+        and not available[g].integer
+        and not available[g].type.lower().startswith("decimal")
     )
     contribution = query.contribution or context.contribution
     if context.privacy_unit is None and (contribution.rows_per_group, contribution.groups_per_person) != (1, 1):

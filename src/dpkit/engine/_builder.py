@@ -31,11 +31,32 @@ if TYPE_CHECKING:  # pragma: no cover
 __all__ = ["QueryBuilder", "normalise_condition", "normalise_keys"]
 
 
+#: The expression nodes a WHERE condition may use: comparisons, logic, arithmetic, casts, CASE and
+#: a list of cheap scalar functions. Anything else is refused: a function that can raise on
+#: purpose (DuckDB ``error``, Spark ``assert_true``, ``raise_error``), call out (``java_method``,
+#: ``reflect``) or take data-dependent time or memory (``repeat``, regular expressions) would let a
+#: query's failure or running time reveal one person's row.
+ALLOWED_IN_WHERE = frozenset(
+    {
+        *("Column", "Identifier", "Literal", "Boolean", "Null", "Paren", "Tuple", "Var", "Interval"),
+        *("And", "Or", "Not", "EQ", "NEQ", "GT", "GTE", "LT", "LTE", "Is", "In", "Between"),
+        *("Like", "ILike", "NullSafeEQ", "NullSafeNEQ"),
+        *("Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Neg", "Cast", "TryCast", "DataType", "DataTypeParam"),
+        *("Case", "If", "Coalesce", "Nullif", "Greatest", "Least"),
+        *("Lower", "Upper", "Length", "Substring", "Trim", "Left", "Right", "Concat", "DPipe", "Replace"),
+        *("StartsWith", "EndsWith", "Contains", "StrPosition"),
+        *("Abs", "Round", "Floor", "Ceil", "Sign", "Sqrt", "Ln", "Log", "Exp", "Pow"),
+        *("Year", "Month", "Day", "Hour", "Minute", "Second", "Extract", "DateTrunc", "TimestampTrunc"),
+    }
+)
+
+
 def normalise_condition(condition: object) -> str:
     """Parse a boolean SQL expression (DuckDB dialect) and return its canonical text.
 
     Refuses anything that is not a single scalar expression (subqueries, aggregates, window
-    functions), since a filter must act on each row alone.
+    functions), since a filter must act on each row alone, and any function outside
+    :data:`ALLOWED_IN_WHERE`.
     """
     if not isinstance(condition, str) or not condition.strip():
         raise InvalidParameterError("condition", condition, "must be a non-empty SQL boolean expression")
@@ -47,6 +68,16 @@ def normalise_condition(condition: object) -> str:
         raise InvalidParameterError("condition", condition, "subqueries are not allowed in a filter")
     if tree.find(exp.AggFunc) is not None or tree.find(exp.Window) is not None:
         raise InvalidParameterError("condition", condition, "aggregates and window functions are not allowed in WHERE")
+    for node in tree.walk():
+        if type(node).__name__ not in ALLOWED_IN_WHERE:
+            name = node.name if isinstance(node, exp.Anonymous) else type(node).__name__
+            raise InvalidParameterError(
+                "condition",
+                condition,
+                f"{name!s} is not allowed in a filter (a filter may use comparisons, AND/OR/NOT, IN, "
+                "BETWEEN, LIKE, IS NULL, arithmetic, CAST, CASE, COALESCE and simple string, math and "
+                "date functions): a function that can fail, call out or run long on one row would reveal it",
+            )
     return tree.sql(dialect="duckdb")
 
 

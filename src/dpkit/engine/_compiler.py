@@ -517,6 +517,16 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                 raise InvalidParameterError(
                     "on", column, f"must be a column of both {context.table!r} and {join.table!r}"
                 )
+            ours, theirs = available[column].type, lookup[column].type
+            if ours.lower() != theirs.lower():
+                # The engine would insert a cast outside the filter's TRY: a private value that
+                # fails it would make the query fail, revealing that row.
+                raise InvalidParameterError(
+                    "on",
+                    column,
+                    f"is {ours} in {context.table!r} but {theirs} in {join.table!r}: a join needs the same "
+                    "type on both sides (cast the lookup table's column)",
+                )
         for name, info in lookup.items():
             if name in available and name not in join.on:
                 ambiguous[name] = join.table
@@ -538,10 +548,17 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         import sqlglot
         from sqlglot import exp
 
-        for reference in sqlglot.parse_one(condition, read="duckdb").find_all(exp.Column):
+        from dpkit.engine._builder import normalise_condition
+
+        # Checked here as well as in the front ends: a Query built by hand reaches this point too.
+        for reference in sqlglot.parse_one(normalise_condition(condition), read="duckdb").find_all(exp.Column):
             need(reference.name, "where")
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
+        if any(marker in info.type.upper() for marker in ("STRUCT", "MAP", "[]", "LIST", "ARRAY", "UNION")):
+            raise InvalidParameterError(
+                "group_by", info.name, f"is {info.type}: group by scalar columns (numbers, text, dates, booleans)"
+            )
         if isinstance(group, Bin) and not info.numeric:
             raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
         if not isinstance(group, Bin) and query.keys is not None:

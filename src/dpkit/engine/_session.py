@@ -155,6 +155,9 @@ class Session:
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
             )
         self._lock = threading.Lock()
+        # One backend connection serves the session: queries from several threads take turns, so
+        # none fails after its debit because the connection was busy.
+        self._run_lock = threading.RLock()
 
     # -- constructors ------------------------------------------------------------------------------
 
@@ -193,8 +196,13 @@ class Session:
 
     def add_public_table(self, name: str, source: object) -> None:
         """Register a public lookup table (a path to Parquet/CSV, or a frame) for joins."""
-        if not isinstance(name, str) or not name.isidentifier() or name == self._name:
+        # Table names are compared as the engines do (case-insensitively): a public table must never
+        # shadow the private one.
+        if not isinstance(name, str) or not name.isidentifier() or name.casefold() == self._name.casefold():
             raise InvalidParameterError("public_tables", name, "must be a table name different from the private table")
+        for other in list(self._public):
+            if other.casefold() == name.casefold():
+                del self._public[other]  # the same table name to the engine: this replaces it
         self._backend.register(name, *_source_kind(source))
         self._public[name] = self._backend.schema(name)
 
@@ -304,7 +312,8 @@ class Session:
         """Cost and expected error of ``query`` without reading data or spending budget."""
         cost = dict(cost)
         cost.pop("rng", None)
-        compiled = self._compile(query, cost)
+        with self._run_lock:
+            compiled = self._compile(query, cost)
         dimension = (
             len(compiled.query.keys) if compiled.query.keys is not None else (1 if compiled.public_keys else None)
         )
@@ -372,22 +381,25 @@ class Session:
         Raises BudgetExceededError (nothing spent) when the cost does not fit the remaining
         budget, InvalidParameterError for bad input (nothing spent, no data read).
         """
-        compiled = self._compile(query, dict(cost))
-        source = resolve_source(rng)
-        compiled.verify()  # re-check the privacy claim before spending (a failure is our bug)
-        dry_run(compiled, self._backend)  # schema errors refuse the query before anything is spent
-        with self._lock:
-            entry = self._ledger.reserve(compiled.cost, description=compiled.query.describe(), analyst=self._analyst)
-        try:
-            released = execute(compiled, self._backend, source)
-        except DPError:
-            raise
-        except Exception as error:  # noqa: BLE001 - withheld: the text can quote data
-            raise QueryFailedError(
-                f"the query failed on the {self._backend.name} backend after its cost {compiled.cost} was debited "
-                f"(ledger entry {getattr(entry, 'index', None)}); the backend's {type(error).__name__} message is "
-                "withheld because it can quote the data"
-            ) from None
+        with self._run_lock:
+            compiled = self._compile(query, dict(cost))
+            source = resolve_source(rng)
+            compiled.verify()  # re-check the privacy claim before spending (a failure is our bug)
+            dry_run(compiled, self._backend)  # schema errors refuse the query before anything is spent
+            with self._lock:
+                entry = self._ledger.reserve(
+                    compiled.cost, description=compiled.query.describe(), analyst=self._analyst
+                )
+            try:
+                released = execute(compiled, self._backend, source)
+            except DPError:
+                raise
+            except Exception as error:  # noqa: BLE001 - withheld: the text can quote data
+                raise QueryFailedError(
+                    f"the query failed on the {self._backend.name} backend after its cost {compiled.cost} was "
+                    f"debited (ledger entry {getattr(entry, 'index', None)}); the backend's "
+                    f"{type(error).__name__} message is withheld because it can quote the data"
+                ) from None
         columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
         return Result(
             columns=columns,

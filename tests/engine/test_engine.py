@@ -754,3 +754,33 @@ def test_one_session_shared_by_threads_never_fails_a_debited_query(people):
         results = list(pool.map(ask, range(48)))
     assert len(results) == 48 and len(s.ledger.entries()) == 48
     assert s.remaining == dpkit.PureDP(76.0)
+
+
+def test_nan_and_infinite_public_keys_match_their_own_rows_not_null():
+    """sqlglot writes NaN as NULL and inf as a name: keys are written as typed literals instead."""
+    import pyarrow as pa
+
+    values = [math.nan, math.nan, None, math.inf, 1.0, -math.inf]
+    table = pa.table({"person_id": pa.array(range(6), pa.int64()), "v": pa.array(values, pa.float64())})
+    s = E.Session.from_arrow(table, name="people", privacy_unit="person_id", budget=dpkit.PureDP(100))
+    query = s.table().group_by("v", keys=[math.nan, None, math.inf, -math.inf, 1.0]).agg(n=E.count())
+    _, result = exact_aggregates(s, query)
+    counts = {repr(key[0]): rows for key, rows in zip(result.keys, result.columns["rows"], strict=True)}
+    assert counts == {"nan": 2, "None": 1, "inf": 1, "-inf": 1, "1.0": 1}
+
+
+@pytest.mark.parametrize(
+    ("call", "name"),
+    [
+        (lambda s: s.release(s.table().agg(n=E.count()), epsilon=1.0, bounds="x"), "bounds"),
+        (lambda s: s.table().group_by("region", keys=[["north"]]), "keys"),
+        (lambda s: s.table().group_by("region", keys=REGIONS).bound(rows_per_group=10**30), "rows_per_group"),
+        (lambda s: s.table().group_by("region", keys=REGIONS).bound(groups_per_person=10**10), "groups_per_person"),
+    ],
+)
+def test_more_bad_input_is_refused_by_name_before_anything_is_spent(people, call, name):
+    s = session(people, budget=dpkit.PureDP(1.0))
+    with pytest.raises(InvalidParameterError) as refused:
+        call(s)
+    assert refused.value.name == name
+    assert s.remaining == dpkit.PureDP(1.0)

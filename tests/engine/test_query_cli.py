@@ -163,3 +163,24 @@ def test_csv_with_table_name_and_preview_spends_nothing(tmp_path: Path, capsys: 
     report = json.loads(capsys.readouterr().out)
     assert [row["channel"] for row in report["rows"]] == ["store", "web"]
     assert report["rows_per_group"] == 3 and report["remaining"] == "PureDP(epsilon=1.0)"
+
+
+def test_a_preview_never_creates_a_ledger_file(data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ledger = tmp_path / "new.db"
+    assert main(["query", str(data), SQL, *ISSUE_ARGS, "--delta", "1e-6", "--preview", "--ledger", str(ledger)]) == 0
+    assert "cost" in capsys.readouterr().out.lower() and not ledger.exists()
+    # ... so a later run can still choose the ledger's total budget
+    args = [
+        "query",
+        str(data),
+        SQL,
+        *ISSUE_ARGS,
+        "--delta",
+        "1e-6",
+        "--ledger",
+        str(ledger),
+        "--budget",
+        "epsilon=5,delta=1e-5",
+    ]
+    assert main(args) == 0
+    assert "remaining budget: ApproxDP(epsilon=4.0" in capsys.readouterr().out

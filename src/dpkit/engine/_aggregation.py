@@ -205,6 +205,10 @@ class AggregationResult:
 
 
 def _literal(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        # sqlglot writes NaN as NULL (a NaN key would match the NULL group) and inf as a name.
+        text = "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+        return f"CAST('{text}' AS DOUBLE)"
     return exp.convert(value).sql(dialect="duckdb")
 
 

@@ -82,6 +82,17 @@ def normalise_condition(condition: object) -> str:
 
 
 def normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[Any, ...], ...] | None:
+    """Public key set as tuples in ``group_by`` order (see :func:`_normalise_keys`); key values must be
+    hashable scalars (an unhashable one is refused by name)."""
+    try:
+        return _normalise_keys(group_by, keys)
+    except TypeError as error:
+        raise InvalidParameterError(
+            "keys", keys, f"key values must be scalars (numbers, text, dates): {error}"
+        ) from None
+
+
+def _normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[Any, ...], ...] | None:
     """Public key set as tuples in ``group_by`` order.
 
     ``keys`` may be a list of values (one group column), a mapping column -> values (the

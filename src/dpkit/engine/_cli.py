@@ -242,8 +242,10 @@ def run_query(args: argparse.Namespace) -> int:
         trial = open_session(None)
         contribution["keys"] = _typed_keys(args.keys, trial.columns)
         trial.preview(args.sql, **contribution, **cost)
-    session = open_session(args.ledger)
-    if args.ledger is not None and new_ledger and not args.budget:
+    # A preview spends nothing and never creates a ledger file: with a new --ledger it is checked
+    # against the budget that file would get, in memory.
+    session = open_session(None if args.preview and new_ledger else args.ledger)
+    if args.ledger is not None and new_ledger and not args.budget and not args.preview:
         print(
             f"dpkit: created ledger {args.ledger} with budget {budget} (this query's cost); "
             "pass --budget to set a larger total",

@@ -613,6 +613,8 @@ def compile_query(
         groups_bound = 1
 
     # Bounds: the aggregate's own, then the call's, then the session's.
+    if bounds is not None and not isinstance(bounds, Mapping):
+        raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
     merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
     for column, value in (bounds or {}).items():
         merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)

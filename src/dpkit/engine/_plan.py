@@ -174,6 +174,11 @@ class Join:
             raise InvalidParameterError("on", self.on, "must name one or more shared columns")
 
 
+#: The largest per-person limit accepted (beyond it no budget gives useful noise; it also keeps
+#: sensitivities far from float overflow).
+_MAX_LIMIT = 10**9
+
+
 @dataclass(frozen=True)
 class Contribution:
     """Per-person contribution limits: at most ``rows_per_group`` rows in any group, ``groups_per_person`` groups.
@@ -187,10 +192,11 @@ class Contribution:
     groups_per_person: int = 1
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "rows_per_group", check_integer("rows_per_group", self.rows_per_group, minimum=1))
-        object.__setattr__(
-            self, "groups_per_person", check_integer("groups_per_person", self.groups_per_person, minimum=1)
-        )
+        for name in ("rows_per_group", "groups_per_person"):
+            value = check_integer(name, getattr(self, name), minimum=1)
+            if value > _MAX_LIMIT:
+                raise InvalidParameterError(name, value, f"must be at most {_MAX_LIMIT:,} (the noise grows with it)")
+            object.__setattr__(self, name, value)
 
 
 @dataclass(frozen=True)

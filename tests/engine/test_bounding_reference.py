@@ -14,6 +14,7 @@ from collections import defaultdict
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from engine_fixtures import exact_aggregates
 
@@ -152,8 +153,9 @@ def test_histogram_weights_match_the_reference(g):
 def test_public_keys_that_the_engines_consider_equal_are_one_group():
     # NaN equals NaN in DuckDB and Spark, and 0.0 equals -0.0: listed twice, they are still one group
     # (before, two NaN keys listed one group twice and the second was released as an empty group).
-    frame = pd.DataFrame({"person_id": [1, 2, 3, 4], "x": [float("nan"), 0.0, -0.0, 1.0]})
-    session = E.Session.from_pandas(frame, name="t", privacy_unit="person_id", budget=dpkit.PureDP(100))
+    # Arrow keeps NaN a value (pandas frames hold missing values as NaN, which the engines read as NULL).
+    frame = pa.table({"person_id": [1, 2, 3, 4], "x": pa.array([float("nan"), 0.0, -0.0, 1.0], pa.float64())})
+    session = E.Session.from_arrow(frame, name="t", privacy_unit="person_id", budget=dpkit.PureDP(100))
     keys = [float("nan"), np.float64("nan"), 0.0, -0.0, 1.0, (float("nan"),)]
     query = session.table().group_by("x", keys=keys)
     assert len(query.plan.keys) == 3

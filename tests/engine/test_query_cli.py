@@ -159,7 +159,9 @@ def test_csv_with_table_name_and_preview_spends_nothing(tmp_path: Path, capsys: 
     assert main([*common, "--budget", "epsilon=2", "--epsilon", "1", "--keys", "channel=store,web", "--preview"]) == 0
     out = capsys.readouterr().out
     assert "cost PureDP(epsilon=1.0)" in out and "fits the remaining budget" in out
-    assert main([*common, "--epsilon", "1", "--keys", "channel=store,web", "--rows-per-group", "3", "--json"]) == 0
+    assert not ledger.exists()  # a preview creates no ledger; the release below does, with --budget
+    release = [*common, "--budget", "epsilon=2", "--epsilon", "1", "--keys", "channel=store,web"]
+    assert main([*release, "--rows-per-group", "3", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert [row["channel"] for row in report["rows"]] == ["store", "web"]
     assert report["rows_per_group"] == 3 and report["remaining"] == "PureDP(epsilon=1.0)"

@@ -168,7 +168,12 @@ class Session:
 
     @classmethod
     def from_csv(cls, path: str | os.PathLike[str], *, name: str | None = None, **options: Any) -> Session:
-        """Open a CSV file (header row, types inferred) as the private table."""
+        """Open a CSV file (header row) as the private table.
+
+        Its column types are inferred from its rows, and the schema is public (it decides which
+        queries are refused): for analysts who must not learn anything from it, convert the file
+        to Parquet with declared types and use :meth:`from_parquet`.
+        """
         return cls(_existing(path), "csv", name=name or _stem(path), **options)
 
     @classmethod

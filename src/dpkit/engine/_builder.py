@@ -34,16 +34,18 @@ __all__ = ["QueryBuilder", "normalise_condition", "normalise_keys"]
 #: The expression nodes a WHERE condition may use: comparisons, logic, arithmetic, casts, CASE and
 #: a list of cheap scalar functions. Anything else is refused: a function that can raise on
 #: purpose (DuckDB ``error``, Spark ``assert_true``, ``raise_error``), call out (``java_method``,
-#: ``reflect``) or take data-dependent time or memory (``repeat``, regular expressions) would let a
-#: query's failure or running time reveal one person's row.
+#: ``reflect``) or take data-dependent time or memory (``repeat``, nested ``replace``, regular
+#: expressions) would let a query's failure or running time reveal one person's row. Intervals are
+#: left out too, and :func:`check_filter_types` refuses date and time arithmetic (Spark raises on
+#: its overflow whatever the ANSI setting).
 ALLOWED_IN_WHERE = frozenset(
     {
-        *("Column", "Identifier", "Literal", "Boolean", "Null", "Paren", "Tuple", "Var", "Interval"),
+        *("Column", "Identifier", "Literal", "Boolean", "Null", "Paren", "Tuple", "Var"),
         *("And", "Or", "Not", "EQ", "NEQ", "GT", "GTE", "LT", "LTE", "Is", "In", "Between"),
         *("Like", "ILike", "NullSafeEQ", "NullSafeNEQ"),
         *("Add", "Sub", "Mul", "Div", "IntDiv", "Mod", "Neg", "Cast", "TryCast", "DataType", "DataTypeParam"),
         *("Case", "If", "Coalesce", "Nullif", "Greatest", "Least"),
-        *("Lower", "Upper", "Length", "Substring", "Trim", "Left", "Right", "Concat", "DPipe", "Replace"),
+        *("Lower", "Upper", "Length", "Substring", "Trim", "Left", "Right", "Concat", "DPipe"),
         *("StartsWith", "EndsWith", "Contains", "StrPosition"),
         *("Abs", "Round", "Floor", "Ceil", "Sign", "Sqrt", "Ln", "Log", "Exp", "Pow"),
         *("Year", "Month", "Day", "Hour", "Minute", "Second", "Extract", "DateTrunc", "TimestampTrunc"),
@@ -69,6 +71,14 @@ def normalise_condition(condition: object) -> str:
     if tree.find(exp.AggFunc) is not None or tree.find(exp.Window) is not None:
         raise InvalidParameterError("condition", condition, "aggregates and window functions are not allowed in WHERE")
     for node in tree.walk():
+        if isinstance(node, exp.Like | exp.ILike):
+            pattern = node.expression
+            if not (isinstance(pattern, exp.Literal) and pattern.is_string) or "\\" in pattern.this:
+                # A pattern from the row could be malformed on some rows only (Spark's default
+                # escape is a backslash): only a fixed pattern without backslashes is allowed.
+                raise InvalidParameterError(
+                    "condition", condition, "LIKE needs a fixed text pattern without backslashes"
+                )
         if type(node).__name__ not in ALLOWED_IN_WHERE:
             name = node.name if isinstance(node, exp.Anonymous) else type(node).__name__
             raise InvalidParameterError(
@@ -79,6 +89,49 @@ def normalise_condition(condition: object) -> str:
                 "date functions): a function that can fail, call out or run long on one row would reveal it",
             )
     return tree.sql(dialect="duckdb")
+
+
+_TEMPORAL = ("DATE", "TIME", "INTERVAL")  # DATE, DATETIME, TIME, TIMESTAMP..., INTERVAL
+_TEMPORAL_PASS_THROUGH = (exp.Paren, exp.Neg, exp.Case, exp.If, exp.Coalesce, exp.Nullif, exp.Greatest, exp.Least)
+
+
+def _is_temporal_type(text: str) -> bool:
+    upper = text.upper()
+    return any(word in upper for word in _TEMPORAL)
+
+
+def _temporal(node: Any, types: Mapping[str, str]) -> bool:
+    """Whether ``node`` has a date, time, timestamp or interval value (conservatively)."""
+    if isinstance(node, exp.Column):
+        return _is_temporal_type(types.get(node.name, ""))
+    if isinstance(node, exp.Cast | exp.TryCast):
+        return _is_temporal_type(node.to.sql())
+    if isinstance(node, exp.Interval | exp.DateTrunc | exp.TimestampTrunc):
+        return True
+    if isinstance(node, exp.Binary) and not isinstance(node, exp.Predicate | exp.Connector):
+        return _temporal(node.left, types) or _temporal(node.right, types)
+    if isinstance(node, _TEMPORAL_PASS_THROUGH):
+        return any(_temporal(child, types) for child in node.iter_expressions())
+    return False
+
+
+def check_filter_types(condition: str, types: Mapping[str, str]) -> None:
+    """Refuse date and time arithmetic in a filter (``types``: column -> type name).
+
+    Spark computes date, timestamp and interval arithmetic exactly and raises on overflow even with
+    ANSI mode off, so such a filter could fail on one person's row alone. Comparisons, YEAR(...),
+    EXTRACT(...) and casts of dates stay allowed.
+    """
+    tree = sqlglot.parse_one(condition, read="duckdb")
+    for node in tree.walk():
+        arithmetic = isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.IntDiv | exp.Mod | exp.Neg)
+        if arithmetic and _temporal(node, types):
+            raise InvalidParameterError(
+                "condition",
+                condition,
+                "date and time arithmetic is not allowed in a filter (it can overflow on one row); "
+                "compare dates directly, or use YEAR(...), MONTH(...) or EXTRACT(...)",
+            )
 
 
 def normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple[Any, ...], ...] | None:

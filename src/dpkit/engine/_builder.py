@@ -79,6 +79,23 @@ def normalise_condition(condition: object) -> str:
                 raise InvalidParameterError(
                     "condition", condition, "LIKE needs a fixed text pattern without backslashes"
                 )
+            if pattern.this.count("%") > 1:
+                # Spark matches LIKE with a backtracking regex: '%a%a%...b' takes time polynomial
+                # in one row's length, with the number of '%' as the degree.
+                raise InvalidParameterError(
+                    "condition",
+                    condition,
+                    "LIKE may use one '%' at most (a prefix or suffix test); for a substring use "
+                    "contains(column, 'text'), starts_with(...) or ends_with(...)",
+                )
+        if isinstance(node, exp.Round | exp.Ceil | exp.Floor) and node.args.get("decimals") is not None:
+            digits = node.args["decimals"]
+            number = digits.this if isinstance(digits, exp.Neg) else digits
+            if not (isinstance(number, exp.Literal) and not number.is_string and abs(int(float(number.this))) <= 38):
+                # Spark raises on a huge scale whatever the ANSI setting, for the rows that reach it.
+                raise InvalidParameterError(
+                    "condition", condition, "ROUND, CEIL and FLOOR take a fixed number of digits between -38 and 38"
+                )
         if type(node).__name__ not in ALLOWED_IN_WHERE:
             name = node.name if isinstance(node, exp.Anonymous) else type(node).__name__
             raise InvalidParameterError(

@@ -181,3 +181,33 @@ def test_both_engines_group_signed_zero_keys_alike(engines):
         result = session._backend.run(aggregation_plan(compiled, {}, "a fixed salt"))
         results.append(sorted((repr(k[0]), n) for k, n in zip(result.keys, result.columns["rows"], strict=True)))
     assert results[0] == results[1] == [("0.0", 5), ("1.5", 1)]
+
+
+def test_sessions_sharing_a_spark_session_never_run_a_query_with_ansi_on(engines, frame):
+    """dpkit turns ANSI mode off around each Spark query and restores it; two sessions on one
+    SparkSession take turns, so no query of one runs after the other restored the flag (a cast
+    that fails on some rows would then fail the query, after its debit)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    _, spark = engines
+    conf = spark._backend._spark.conf
+    before = conf.get("spark.sql.ansi.enabled", None)
+    conf.set("spark.sql.ansi.enabled", "true")
+    try:
+        options = {"name": "people", "privacy_unit": "person_id", "budget": dpkit.PureDP(100)}
+        sessions = [E.Session.from_pandas(frame, backend=spark._backend, **options) for _ in range(2)]
+
+        def ask(index):
+            session = sessions[index % 2]
+            query = session.table().where("CAST(region AS INTEGER) IS NULL").agg(n=E.count())
+            return session.release(query, epsilon=1.0)
+
+        with ThreadPoolExecutor(4) as pool:
+            results = list(pool.map(ask, range(6)))
+        assert len(results) == 6
+        assert conf.get("spark.sql.ansi.enabled") == "true"  # restored
+    finally:
+        if before is None:
+            conf.unset("spark.sql.ansi.enabled")
+        else:
+            conf.set("spark.sql.ansi.enabled", before)

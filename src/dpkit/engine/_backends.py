@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import threading
 import uuid
 from dataclasses import dataclass
 from decimal import Decimal
@@ -30,6 +31,10 @@ from dpkit.engine._aggregation import (
 )
 
 __all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
+
+#: dpkit turns Spark's ANSI mode off around each query and restores it after; the flag belongs to
+#: the SparkSession, so two dpkit sessions on one SparkSession must not interleave that sequence.
+_SPARK_RUN_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -226,6 +231,10 @@ class SparkBackend:
         # private key list) are cached here as temporary views first: Spark would otherwise compute
         # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
         steps, final = view_steps(render_sql(plan), "spark", f"__dpkit_{uuid.uuid4().hex}_")
+        with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
+            return self._run_steps(plan, steps, final)
+
+    def _run_steps(self, plan: AggregationPlan, steps: list[tuple[str, str, bool]], final: str) -> AggregationResult:
         views: list[str] = []
         previous = self._spark.conf.get("spark.sql.ansi.enabled", None)
         self._spark.conf.set("spark.sql.ansi.enabled", "false")

@@ -32,8 +32,14 @@ def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _fork_context() -> multiprocessing.context.BaseContext:
-    # fork starts children in milliseconds (dpkit already imported); spawn elsewhere.
-    return multiprocessing.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    # forkserver forks each child from a clean, single-threaded server: a plain fork of this
+    # pytest worker could copy a lock held by one of its other threads (DuckDB, Spark, thread
+    # pools of earlier tests) and hang the child. spawn where forkserver is missing.
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(["dpkit.engine"])
+        return context
+    return multiprocessing.get_context("spawn")
 
 
 def _open(where: str, tmp_path: Path, budget: ApproxDP | PureDP | ZCDP) -> Ledger:

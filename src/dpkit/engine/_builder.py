@@ -117,7 +117,7 @@ def _is_temporal_type(text: str) -> bool:
     return any(word in upper for word in _TEMPORAL)
 
 
-def _temporal(node: Any, types: Mapping[str, str]) -> bool:
+def _temporal(node: exp.Expr, types: Mapping[str, str]) -> bool:
     """Whether ``node`` has a date, time, timestamp or interval value (conservatively)."""
     if isinstance(node, exp.Column):
         return _is_temporal_type(types.get(node.name, ""))
@@ -132,14 +132,13 @@ def _temporal(node: Any, types: Mapping[str, str]) -> bool:
     return False
 
 
-def check_filter_types(condition: str, types: Mapping[str, str]) -> None:
-    """Refuse date and time arithmetic in a filter (``types``: column -> type name).
+def check_filter_types(tree: exp.Expr, condition: str, types: Mapping[str, str]) -> None:
+    """Refuse date and time arithmetic in a filter (``tree``: ``condition`` parsed; ``types``: column -> type name).
 
     Spark computes date, timestamp and interval arithmetic exactly and raises on overflow even with
     ANSI mode off, so such a filter could fail on one person's row alone. Comparisons, YEAR(...),
     EXTRACT(...) and casts of dates stay allowed.
     """
-    tree = sqlglot.parse_one(condition, read="duckdb")
     for node in tree.walk():
         arithmetic = isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.IntDiv | exp.Mod | exp.Neg)
         if arithmetic and _temporal(node, types):

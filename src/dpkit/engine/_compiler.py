@@ -549,12 +549,13 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         import sqlglot
         from sqlglot import exp
 
-        from dpkit.engine._builder import check_filter_types, normalise_condition
+        from dpkit.engine._builder import check_filter_types
 
-        # Checked here as well as in the front ends: a Query built by hand reaches this point too.
-        for reference in sqlglot.parse_one(normalise_condition(condition), read="duckdb").find_all(exp.Column):
+        # ``condition`` is already canonical and allowlisted (compile_query normalised it).
+        tree = sqlglot.parse_one(condition, read="duckdb")
+        for reference in tree.find_all(exp.Column):
             need(reference.name, "where")
-        check_filter_types(condition, {name: info.type for name, info in available.items()})
+        check_filter_types(tree, condition, {name: info.type for name, info in available.items()})
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
         if any(marker in info.type.upper() for marker in ("STRUCT", "MAP", "[]", "LIST", "ARRAY", "UNION")):
@@ -592,8 +593,8 @@ def compile_query(
         raise InvalidParameterError("aggregates", (), "the query has no aggregates; add .agg(...) or SELECT one")
     if query.table != context.table:
         raise InvalidParameterError("table", query.table, f"this session's private table is {context.table!r}")
-    # The backend runs the canonical text of each filter (as sqlglot read and checked it), never
-    # the raw text of a hand-built Query.
+    # Every filter is checked here (the allowlist), also a hand-built Query's, and the backend runs
+    # its canonical text (as sqlglot read and checked it), never the raw text.
     from dpkit.engine._builder import normalise_condition
 
     query = dataclasses.replace(query, where=tuple(normalise_condition(w) for w in query.where))

@@ -48,18 +48,17 @@ _ADD_REMOVE_ONLY = (
 
 
 def _check_budget(budget: object) -> Guarantee | None:
-    if (
-        isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP)
-        and budget.neighbours is not NeighbourRelation.ADD_REMOVE
-    ):
+    if budget is None:
+        return None
+    if not isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+        raise InvalidParameterError(
+            "budget",
+            budget,
+            "must be a dpkit guarantee: PureDP(eps), ApproxDP(eps, delta), ZCDP(rho) or ApproxZCDP(rho, delta)",
+        )
+    if budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # refused before any ledger file exists
         raise InvalidParameterError("budget", budget, _ADD_REMOVE_ONLY)
-    if budget is None or isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
-        return budget
-    raise InvalidParameterError(
-        "budget",
-        budget,
-        "must be a dpkit guarantee: PureDP(eps), ApproxDP(eps, delta), ZCDP(rho) or ApproxZCDP(rho, delta)",
-    )
+    return budget
 
 
 class Session:

@@ -39,12 +39,10 @@ def guarantee_implies(have: Guarantee, want: Guarantee) -> bool:
     if have.neighbours is not want.neighbours:
         return False
     if isinstance(want, ApproxZCDP):
-        if isinstance(have, ApproxDP):
-            return False
-        return have.within(want)
+        return not isinstance(have, ApproxDP) and have.within(want)  # the guarantees' own comparison
     if isinstance(have, ApproxZCDP):
         if isinstance(want, ZCDP):
-            return have.delta_exact == 0 and have.rho_exact <= want.rho_exact
+            return have.within(want)
         spare = want.delta_exact - have.delta_exact
         if spare <= 0:
             return False

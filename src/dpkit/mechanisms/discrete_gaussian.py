@@ -14,8 +14,10 @@ integers, added to an integer query. What CKS prove and this module uses:
 
 Tail sums are computed in float64 by summing exp(-x^2 / (2 sigma^2)) from the far tail inward
 (the normalizer likewise), then given a relative safety margin; terms beyond 40 sigma are below
-e^-800 and dropped (the target delta is at least 1e-200). The noise itself is exact
-(:func:`dpkit.noise.discrete_gaussian`).
+e^-800 and dropped (the target delta is at least 1e-200). Above sigma = 1e5 (the grid noise of
+real-valued sums in ``dpkit.engine`` is there) accuracy uses a rigorous upper bound on the tail
+within a relative 1 / sigma of the exact one (``_large_sigma_tail``), so half-widths are those of
+the continuous Gaussian. The noise itself is exact (:func:`dpkit.noise.discrete_gaussian`).
 """
 
 from __future__ import annotations
@@ -70,6 +72,22 @@ class _HalfWeights:
 
     def probability_at_least(self, k: int) -> float:
         return self.at_least(k) / self.total
+
+
+def _large_sigma_tail(sigma: float, h: int) -> float:
+    """An upper bound on P(|X| > h), X ~ N_Z(0, sigma^2), tight for large sigma (no term-by-term sum).
+
+    With f(x) = exp(-x^2 / (2 sigma^2)) and m = h + 1 >= 1, f decreases on [m, inf), so
+    sum_{x >= m} f(x) <= f(m) + integral_m^inf f = f(m) + sqrt(2 pi) sigma Q(m / sigma); and by Poisson
+    summation the normaliser sum_x f(x) = sqrt(2 pi) sigma (1 + 2 sum_k exp(-2 pi^2 sigma^2 k^2)) is
+    at least sqrt(2 pi) sigma. Hence P(X >= m) <= Q(m / sigma) + f(m) / (sqrt(2 pi) sigma), within
+    f(m) / (sqrt(2 pi) sigma) of the exact tail (the continuous Gaussian's, up to O(1 / sigma)).
+    The subgaussian bound 2 exp(-m^2 / (2 sigma^2)) (CKS Prop. 16) also holds; the smaller is kept.
+    """
+    m = h + 1
+    t = m / sigma
+    gaussian = math.erfc(t / math.sqrt(2.0)) + 2.0 * math.exp(-t * t / 2.0) / (math.sqrt(2.0 * math.pi) * sigma)
+    return min(1.0, gaussian * (1 + _SUM_MARGIN), 2.0 * math.exp(-t * t / 2.0))
 
 
 def discrete_gaussian_delta(sigma: float, epsilon: float | Fraction, sensitivity: int) -> float:
@@ -296,24 +314,25 @@ class DiscreteGaussian(NumericMechanism):
     def tail_probability(self, h: int) -> float:
         """P(|X| > h) for an integer h >= 0.
 
-        Exact sum; for huge sigma the subgaussian bound 2 exp(-(h+1)^2 / (2 sigma^2)).
+        Exact sum; for huge sigma (> 1e5) a rigorous upper bound within a relative 1 / sigma of it
+        (:func:`_large_sigma_tail`).
         """
         weights = self._weights()
         if weights is None:
-            return min(1.0, 2.0 * math.exp(-((h + 1) ** 2) / (2 * self._sigma**2)))
+            return _large_sigma_tail(self._sigma, h)
         return 2.0 * weights.probability_at_least(h + 1)
 
     def noise_quantile(self, alpha: float) -> float:
-        """The smallest integer h >= 0 with P(|X| > h) <= alpha (from the exact pmf)."""
+        """The smallest integer h >= 0 with P(|X| > h) <= alpha (from the exact pmf; for huge sigma, from
+        a rigorous upper bound on the tail, so h may exceed the exact one by a relative 1e-5 at most)."""
         level = check_alpha(alpha)
         # sigma^2-subgaussian (CKS): P(|X| > h) <= 2 exp(-(h+1)^2 / (2 sigma^2)) gives an upper start.
         high = max(0, math.ceil(self._sigma * math.sqrt(2 * math.log(2 / level))) - 1)
-        if self._weights() is None:
-            return float(high)
         low = 0
         if self.tail_probability(0) * (1 + _SUM_MARGIN) <= level:
             return 0.0
-        # Invariant: tail(low) too large, tail(high) small enough.
+        # Invariant: tail(low) too large, tail(high) small enough (both tails are exact sums, or
+        # for huge sigma one upper bound, monotone in h).
         while high - low > 1:
             middle = (low + high) // 2
             if self.tail_probability(middle) * (1 + _SUM_MARGIN) <= level:

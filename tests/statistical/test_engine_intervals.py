@@ -336,3 +336,45 @@ def test_preview_matches_the_release_and_its_expected_error_is_measured(table, t
     assert previewed["rows"]["expected_error"] == pytest.approx(mechanism.expected_error, rel=1e-12)
     low, high = _mean_of_abs_bounds(mechanism.q, len(errors))
     assert low <= errors.mean() <= high, (errors.mean(), low, high, mechanism.expected_error)
+
+
+def test_quantile_rank_statement_holds():
+    """Quantiles: with probability >= 1 - alpha, the rows below the released value are within
+    ``rank_half_width`` of level * rows, plus the rows of the bin holding the value (Result's contract)."""
+    rng = np.random.default_rng(5)
+    groups, size = 10, 3000
+    frame = pd.DataFrame(
+        {
+            "pid": np.arange(groups * size),
+            "grp": np.repeat([f"h{g}" for g in range(groups)], size),
+            # skewed values with ties, so bins hold very different numbers of rows
+            "x": np.round(rng.gamma(2.0, 8.0, groups * size), 1),
+        }
+    )
+    session = E.Session.from_pandas(frame, privacy_unit="pid", budget=dpkit.PureDP(1e6))
+    levels = (0.1, 0.5, 0.9)
+    builder = (
+        session.table()
+        .group_by("grp", keys=[f"h{g}" for g in range(groups)])
+        .bound(rows_per_group=1, groups_per_person=1)
+        .agg(q=E.quantiles("x", levels, bounds=(0, 100)))
+    )
+    alpha, repeats = 0.05, 30
+    missed = trials = 0
+    width = 100 / 1024  # QUANTILE_BINS equal bins of the bounds
+    for i in range(repeats):
+        result = builder.release(epsilon=1.0, alpha=alpha, rng=InsecureSeededRandom(5000 + i))
+        allowance = next(s["rank_half_width"] for s in result.budget_split if "rank_half_width" in s)
+        released = result.to_pandas().set_index("grp")
+        for key, values in frame.groupby("grp").x:
+            clamped = np.sort(values.clip(0, 100).to_numpy())
+            for level in levels:
+                v = released.loc[key, f"q_{'p' + str(int(level * 100))}"]
+                below = np.searchsorted(clamped, v, side="left")
+                b = min(int(v / width), 1023)
+                in_bin = np.sum((clamped >= b * width) & (clamped < (b + 1) * width))
+                trials += 1
+                missed += abs(below - level * len(clamped)) > allowance + in_bin
+    assert missed <= at_most(trials, alpha), (missed, trials)
+    # Not vacuous: the allowance is far below the group size (the statement says something).
+    assert allowance < 0.05 * size

@@ -234,6 +234,17 @@ def test_preview_spends_nothing_and_predicts_the_cost(people):
     assert {row["statistic"] for row in preview.statistics} == {"rows", "sum:income"}
     assert query.release(epsilon=0.5).guarantee == preview.guarantee
     assert not query.preview(epsilon=5.0).affordable
+    assert query.preview(epsilon=5.0).remaining_after is None
+
+
+def test_preview_shows_what_remains_when_the_cost_is_of_another_kind_than_the_budget(people):
+    """A ZCDP cost against an ApproxZCDP budget (public keys spend no delta): the ledger's own arithmetic."""
+    s = session(people, budget=dpkit.ApproxZCDP(0.5, 1e-6))
+    query = s.table().group_by("region", keys=REGIONS).agg(n=E.count())
+    preview = query.preview(rho=0.125)
+    assert preview.affordable and preview.remaining_after == dpkit.ApproxZCDP(0.375, 1e-6)
+    query.release(rho=0.125)
+    assert s.remaining == preview.remaining_after
 
 
 @pytest.mark.parametrize(

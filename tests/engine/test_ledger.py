@@ -111,6 +111,9 @@ def test_zcdp_budget_adds_rho_and_charges_pure_costs_eps_squared_over_two() -> N
         assert ledger.remaining == ZCDP(0.32)
         assert not ledger.can_afford(PureDP(0.81))  # 0.32805 > 0.32
         assert ledger.can_afford(PureDP(0.8))  # exactly 0.32
+        assert ledger.remaining_after(PureDP(0.81)) is None
+        assert ledger.remaining_after(PureDP(0.2)) == ZCDP(0.3)  # 0.32 - 0.02, exactly
+        assert ledger.remaining_after(PureDP(0.8)) == NOTHING and len(ledger.entries()) == 1
         entry = ledger.reserve(PureDP(0.8), description="exactly the rest")
         assert entry.cost == PureDP(0.8)  # the entry keeps the cost as requested
         assert ledger.spent == ZCDP(0.5)

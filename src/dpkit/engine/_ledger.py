@@ -664,6 +664,16 @@ class Ledger:
         position = self._transaction(self._check_tail, immediate=False)
         return _within(_add(position.totals, charge), self.budget)
 
+    def remaining_after(self, cost: Guarantee) -> Guarantee | None:
+        """What :attr:`remaining` would be after debiting ``cost`` now, or None if it does not fit.
+
+        A dry run, like :meth:`can_afford`: nothing is recorded.
+        """
+        charge = _charge(cost, self.budget)
+        position = self._transaction(self._check_tail, immediate=False)
+        after = _add(position.totals, charge)
+        return _remaining_guarantee(after, self.budget) if _within(after, self.budget) else None
+
     def entries(self) -> tuple[LedgerEntry, ...]:
         """Every committed debit, oldest first, after checking the whole chain."""
         return self._transaction(self._verify_all, immediate=False)

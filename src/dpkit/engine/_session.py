@@ -356,13 +356,8 @@ class Session:
                     "half_width": noise.half_width(compiled.request.alpha),
                 }
             )
-        affordable = self._ledger.can_afford(compiled.cost)
-        remaining_after = None
-        if affordable:
-            try:
-                remaining_after = _minus(self._ledger.remaining, compiled.cost)
-            except Exception:  # noqa: BLE001 - display only
-                remaining_after = None
+        remaining_after = self._ledger.remaining_after(compiled.cost)
+        affordable = remaining_after is not None
         return Preview(
             compiled.cost,
             compiled.request.alpha,
@@ -429,27 +424,6 @@ class Session:
             f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "
             f"backend={self._backend.name!r}, remaining={self.remaining})"
         )
-
-
-def _minus(remaining: Guarantee, cost: Guarantee) -> Guarantee | None:
-    if isinstance(remaining, ApproxZCDP) and isinstance(cost, ApproxZCDP):
-        rho_left = remaining.rho_exact - cost.rho_exact
-        delta_left = remaining.delta_exact - cost.delta_exact
-        if rho_left < 0 or delta_left < 0:
-            return None
-        return ApproxZCDP(rho_left, delta_left, remaining.neighbours)  # type: ignore[arg-type]
-    if isinstance(remaining, ApproxZCDP) or isinstance(cost, ApproxZCDP):
-        return None
-    if isinstance(remaining, ZCDP) and isinstance(cost, ZCDP):
-        left = remaining.rho_exact - cost.rho_exact
-        return ZCDP(left, remaining.neighbours) if left > 0 else None  # type: ignore[arg-type]
-    if isinstance(remaining, ZCDP) or isinstance(cost, ZCDP):
-        return None
-    eps = remaining.epsilon_exact - cost.epsilon_exact
-    dlt = remaining.delta_exact - cost.delta_exact
-    if isinstance(remaining, PureDP):
-        return PureDP(eps, remaining.neighbours) if eps > 0 else None  # type: ignore[arg-type]
-    return ApproxDP(eps, dlt, remaining.neighbours)  # type: ignore[arg-type]
 
 
 def _existing(path: str | os.PathLike[str]) -> str | os.PathLike[str]:

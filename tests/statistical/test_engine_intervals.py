@@ -210,6 +210,8 @@ def test_intervals_cover_the_bounded_statistic_at_their_level(table, truth, case
     builder = query(session)
     frames = releases(session, builder, repeats, seed=1000, **cost)
     alpha = cost["alpha"]
+    # Shown with pytest -s (docs/benchmarks.md quotes these figures).
+    print(case, alpha, {name: misses(frames, truth, name) for name in AGGREGATES})
     for name in ("n", "d"):
         missed, trials = misses(frames, truth, name)
         half, tail = count_tail(session, builder, "rows" if name == "n" else "persons", **cost)

@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._errors import InvalidParameterError, PrivacyWarning
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import GaussianEvent, PrivacyEvent
@@ -375,8 +375,12 @@ class Gaussian(NumericMechanism):
         low = high / 2
         while meets(low):
             low /= 2
-            if low < 1e-12:  # pragma: no cover
-                raise InternalError("Gaussian.from_accuracy: accuracy reachable at every epsilon")
+            if low < 1e-12:
+                # delta alone forces sigma >= ~Delta / (2 sqrt(2 pi) delta) as epsilon -> 0, so a
+                # wide enough accuracy holds at every epsilon: there is no smallest one.
+                raise InvalidParameterError(
+                    "accuracy", accuracy, "is met even at epsilon < 1e-12 (delta alone forces that much noise)"
+                )
         while high / low > 1 + 1e-9:
             middle = math.sqrt(low * high)
             if meets(middle):
@@ -438,10 +442,26 @@ class Gaussian(NumericMechanism):
     def _smallest_units_with_tail(self, level: float) -> int:
         """Smallest integer m >= 0 with (rigorously) P(|Z| >= m) <= level."""
         s = self._sigma_units
-        m = max(1, math.floor(s * float(special.ndtri(1 - level / 2))) - 1)
-        while 2 * _tail_bounds(m, s)[1] > level:
-            m += 1
-        return m
+
+        def fits(m: int) -> bool:
+            return 2 * _tail_bounds(m, s)[1] <= level
+
+        # -Phi^{-1}(level / 2), not Phi^{-1}(1 - level / 2): 1 - level / 2 rounds to 1 (an infinite
+        # quantile) below level ~1e-16 and loses digits well before. The guess is then bracketed
+        # (galloping either way) and bisected, so a wrong guess costs O(log) steps, not O(error).
+        guess = max(1, math.floor(-s * float(special.ndtri(max(level / 2, 5e-324)))))
+        low, high, step = guess - 1, guess, 1
+        while not fits(high):
+            low, high, step = high, high + step, 2 * step
+        while low >= 1 and fits(low):
+            high, low, step = low, max(0, low - step), 2 * step
+        while high - low > 1:  # fits(high); low == 0 or not fits(low) (P(|Z| >= 0) = 1 > level)
+            middle = (low + high) // 2
+            if fits(middle):
+                high = middle
+            else:
+                low = middle
+        return high
 
     def noise_quantile(self, alpha: float) -> float:
         """Half-width h with P(|noise| <= h) >= 1 - alpha for the discrete Gaussian on the grid.

@@ -118,11 +118,13 @@ class Laplace(NumericMechanism):
 
     @classmethod
     def from_accuracy(cls, sensitivity: float, accuracy: float, alpha: float, *, dimension: int = 1) -> Laplace:
-        """The Laplace mechanism with the smallest epsilon whose (1 - alpha) noise interval is within ``accuracy``.
+        """The Laplace mechanism with the smallest epsilon (to a relative 1e-9) whose (1 - alpha) noise
+        interval is within ``accuracy``.
 
         For the continuous law, P(|Y| > t) = exp(-t / b) gives epsilon = Delta ln(1/alpha) / accuracy;
-        the grid makes the true scale slightly larger, so epsilon is nudged up until
-        ``noise_quantile(alpha) <= accuracy`` holds for the released (discrete) law.
+        the grid makes the true scale larger (slightly, or up to twice for epsilon near 2^-30), so
+        epsilon is moved until ``noise_quantile(alpha) <= accuracy`` holds for the released (discrete)
+        law, then bisected down to the smallest such epsilon.
 
         >>> mechanism = Laplace.from_accuracy(1.0, accuracy=10.0, alpha=0.05)
         >>> mechanism.noise_quantile(0.05) <= 10.0, round(mechanism.epsilon, 3)
@@ -131,15 +133,34 @@ class Laplace(NumericMechanism):
         sens = check_positive("sensitivity", sensitivity)
         target = check_positive("accuracy", accuracy)
         level = check_alpha(alpha)
-        epsilon = sens * math.log(1 / level) / target
-        for _ in range(200):
+
+        def achieved(epsilon: float) -> float:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
-                achieved = cls(sens, epsilon, dimension=dimension).noise_quantile(level)
-            if achieved <= target:
-                return cls(sens, epsilon, dimension=dimension)  # warns once if epsilon is risky
-            epsilon = round_up(epsilon * max(achieved / target, 1 + 1e-9))
-        raise InternalError("Laplace.from_accuracy did not converge")  # pragma: no cover
+                return cls(sens, epsilon, dimension=dimension).noise_quantile(level)
+
+        epsilon = sens * math.log(1 / level) / target
+        for _ in range(200):
+            reached = achieved(epsilon)
+            if reached <= target:
+                break
+            epsilon = round_up(epsilon * max(reached / target, 1 + 1e-9))
+        else:  # pragma: no cover
+            raise InternalError("Laplace.from_accuracy did not converge")
+        # The steps above can overshoot (a coarser grid at small epsilon, or a target within a few
+        # grid steps): bracket the smallest epsilon from below and bisect to a relative 1e-9.
+        high, low = epsilon, epsilon / 2
+        while achieved(low) <= target:
+            high, low = low, low / 2
+            if low < 1e-300:  # pragma: no cover
+                raise InternalError("Laplace.from_accuracy: accuracy reachable at every epsilon")
+        while high / low > 1 + 1e-9:
+            middle = math.sqrt(low * high)
+            if achieved(middle) <= target:
+                high = middle
+            else:
+                low = middle
+        return cls(sens, high, dimension=dimension)  # warns once if epsilon is risky
 
     # -- privacy -------------------------------------------------------------------------------
 
@@ -194,24 +215,28 @@ class Laplace(NumericMechanism):
         return min(1.0, 2.0 * math.exp(-m / self._units_scale) / (1.0 + self._q))
 
     def _smallest_units_with_tail(self, level: float) -> int:
-        """Smallest integer m >= 0 with P(|Z| > m) = P(|Z| >= m + 1) <= level."""
+        """Smallest integer m >= 0 with P(|Z| > m) = P(|Z| >= m + 1) <= level (1 - 1e-12)."""
         s = self._units_scale
-        guess = math.ceil(s * (math.log(2.0 / level) - math.log1p(self._q))) - 1
+        guess = math.ceil(s * (math.log(2.0) - math.log(level) - math.log1p(self._q))) - 1  # 2 / level may overflow
         m = max(0, guess - 2)
-        while self._tail_units(m + 1) > level:
+        # A relative margin of 1e-12 absorbs the float error of the tail (below 1e-13 relative), so
+        # that the exact tail is at most ``level``.
+        while self._tail_units(m + 1) > level * (1 - 1e-12):
             m += 1
         return m
 
     def noise_quantile(self, alpha: float) -> float:
-        """Half-width h with P(|noise| <= h) >= 1 - alpha, exact for the discrete Laplace on the grid."""
+        """Half-width h with P(|noise| <= h) >= 1 - alpha, exact for the discrete Laplace on the grid
+        (the smallest grid multiple whose tail is at most alpha (1 - 1e-12))."""
         level = check_alpha(alpha)
         return math.ldexp(float(self._smallest_units_with_tail(level)), self.grid_exponent)
 
     @property
     def expected_error(self) -> float:
         """E|noise| per coordinate: 2^k * 2q / (1 - q^2), q = exp(-2^k / scale) (about ``scale``)."""
-        q = self._q
-        return math.ldexp(2.0 * q / (-math.expm1(2.0 * math.log(q))), self.grid_exponent)
+        # 1 - q^2 from the exponent itself: q is within 1e-16 of 1 when scale / 2^k is ~1e9, and
+        # log(q) would then keep only ~7 digits of -1 / (scale / 2^k).
+        return math.ldexp(2.0 * self._q / (-math.expm1(-2.0 / self._units_scale)), self.grid_exponent)
 
     def expected_l1_error(self, dimension: int | None = None) -> float:
         """E ||Y||_1 for K coordinates: K * E|noise| (seed 000: at most K * Delta / epsilon in the

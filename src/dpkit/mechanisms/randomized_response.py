@@ -252,14 +252,17 @@ class RandomizedResponse(Mechanism):
         a category of true frequency 0 (and for every category when K = 2), a lower bound otherwise.
         """
         count = check_integer("m", m, minimum=1)
-        e_minus_1 = math.expm1(self._epsilon)
-        base = (self._k - 2 + math.exp(self._epsilon)) / (count * e_minus_1**2)
+        # In terms of u = e^-eps (numerator and denominator divided by e^{2 eps}), so that large
+        # epsilons do not overflow: (e^eps - 1)^2 exceeds the float range from epsilon ~355 on.
+        u = math.exp(-self._epsilon)
+        one_minus_u = -math.expm1(-self._epsilon)
+        base = ((self._k - 2) * u * u + u) / (count * one_minus_u**2)
         if true_frequency is None:
             return base
         h = np.asarray(true_frequency, dtype=np.float64)
         if not np.all(np.isfinite(h)) or np.any(h < 0) or np.any(h > 1):
             raise InvalidParameterError("true_frequency", true_frequency, "must be in [0, 1]")
-        result = base + h * (self._k - 2) / (count * e_minus_1)
+        result = base + h * (self._k - 2) * u / (count * one_minus_u)
         return float(result) if h.ndim == 0 else result
 
     def __repr__(self) -> str:

@@ -18,7 +18,8 @@ against Delta / epsilon for Laplace (their headline).
 Floating-point safety. dpkit releases the *discrete* staircase on the grid 2^k (Mironov 2012): the
 value is snapped to the grid and integer noise Z is added with P(Z = z) proportional to v(|z|),
 v(g W + r) = q^g (1 if r < m else b'), for a step of W = floor(Delta / 2^k) + 1 grid units (the
-sensitivity of the snapped value), m = round(gamma W) high positions per step, q = exp(-1/t)
+sensitivity of the snapped value), m = round(gamma W) high positions per step (at least 1 when
+gamma > 0), q = exp(-1/t)
 with t >= 1/epsilon (so q >= e^-epsilon), and b' in [q, 1]. v is non-increasing and v(j + W) = q v(j),
 so any shift of at most W units changes P(Z = z) by a factor at most 1/q <= e^epsilon: the release
 is epsilon-DP exactly.
@@ -143,7 +144,11 @@ class Staircase(NumericMechanism):
         # Snapped neighbours differ by at most floor(Delta / 2^k) + 1 grid units: that is the step width.
         self.step_units = math.floor(math.ldexp(self.sensitivity, -self.grid_exponent)) + 1
         self.effective_sensitivity = math.ldexp(float(self.step_units), self.grid_exponent)
-        self.high_units = min(self.step_units, max(0, round(self.gamma * self.step_units)))
+        # At least one high position for gamma > 0: at large epsilon gamma* W rounds to 0 (gamma* is
+        # 1.4e-11 at epsilon 50), which would make the first step uniform (E|X| = Delta / 2, worse than
+        # Laplace's Delta / epsilon). Any m in [0, W] keeps the release epsilon-DP (see above).
+        rounded = round(self.gamma * self.step_units)
+        self.high_units = min(self.step_units, max(1 if self.gamma > 0 else 0, rounded))
         # Geometric scale t with 1/t <= epsilon exactly (the decay per step is q = e^{-1/t} >= e^-eps).
         epsilon_exact = as_fraction(self.epsilon)
         t = round_up(1.0 / self.epsilon)
@@ -254,25 +259,35 @@ class Staircase(NumericMechanism):
 
     def _tail_units(self, n: int) -> float:
         """P(|Z| >= n) for an integer n >= 1."""
+        return min(1.0, math.exp(self._log_tail_units(n)))
+
+    def _log_tail_units(self, n: int) -> float:
+        """log P(|Z| >= n): in logs, so that tails below the normal float range (alpha ~1e-310) keep their digits."""
         if n <= 0:
-            return 1.0
+            return 0.0
         total, _, _, per_step = self._sums()
         m, w, bp = self.high_units, self.step_units, self._low_weight
         g, r = divmod(n, w)
         rest_of_step = max(0, m - r) + bp * (w - max(r, m))
         one_minus_q = -math.expm1(-1.0 / self._step_scale)
-        tail = math.exp(-g / self._step_scale) * (rest_of_step + self._q * per_step / one_minus_q)
-        return min(1.0, 2 * tail / total)
+        # The O(1) ratio first, then the factor q^g: the product of q^g and the unnormalised mass
+        # (both tiny at large epsilon) would pass through subnormal floats and lose digits.
+        ratio = 2 * (rest_of_step + self._q * per_step / one_minus_q) / total
+        return min(0.0, math.log(ratio) - g / self._step_scale) if ratio > 0 else -math.inf
 
     def noise_quantile(self, alpha: float) -> float:
-        """Half-width h with P(|noise| <= h) >= 1 - alpha, from the exact tail of the released law."""
+        """Half-width h with P(|noise| <= h) >= 1 - alpha, from the exact tail of the released law
+        (the smallest grid multiple whose tail is at most alpha (1 - 1e-12))."""
         level = check_alpha(alpha)
+        # A relative margin of 1e-12 absorbs the float error of the tail (below 1e-13 relative);
+        # compared in logs, which stay exact where alpha and the tail are subnormal floats.
+        target = math.log(level) + math.log1p(-1e-12)
         low, high = 0, self.step_units
-        while self._tail_units(high + 1) > level:
+        while self._log_tail_units(high + 1) > target:
             low, high = high, 2 * high
-        while low < high:  # smallest n with P(|Z| > n) <= level
+        while low < high:  # smallest n with P(|Z| > n) <= alpha (1 - 1e-12)
             middle = (low + high) // 2
-            if self._tail_units(middle + 1) <= level:
+            if self._log_tail_units(middle + 1) <= target:
                 high = middle
             else:
                 low = middle + 1

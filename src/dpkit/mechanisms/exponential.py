@@ -340,7 +340,8 @@ class Exponential(GridSelectionMechanism):
         The textbook gap is (2 Delta / epsilon)(ln(|O| / |O*|) + t), with |O*| the number of
         candidates of optimal score. This returns the gap that holds for the released law:
         Delta replaced by the effective sensitivity, plus one grid step for the rounding of the
-        scores (a relative increase of about 1e-6). Requires ln(|O| / |O*|) + t <= 1024 (the
+        scores (a relative increase of about 1e-6, more for epsilon < 1e-3 where the grid is
+        coarser: see :mod:`dpkit.noise`). Requires ln(|O| / |O*|) + t <= 1024 (the
         clamping of negligible weights).
 
         >>> round(Exponential(1.0, 1.0).utility_bound(100, t=3.0), 3)

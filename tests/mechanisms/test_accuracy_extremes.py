@@ -480,3 +480,15 @@ def test_staircase_at_large_epsilon_keeps_a_high_part(epsilon):
     rng = InsecureSeededRandom(3)  # a seed: tests only
     noisy = [mechanism.release(0.25, rng=rng) for _ in range(200)]
     assert all(value == 0.25 for value in noisy)  # P(|noise| >= one unit) = about W e^-eps: below 1e-6 here
+
+
+@pytest.mark.parametrize("epsilon", [1e-6, 1.0, 700.0, 800.0])
+def test_randomized_response_frequency_estimates_at_extreme_epsilons(epsilon):
+    """The unbiased estimator (f_k - (1 - p)/K) / p against mpmath, K = 3. Catches the OverflowError
+    of e^eps above epsilon ~709 (the estimator was written in e^eps, not e^-eps)."""
+    mechanism = RandomizedResponse(epsilon, [0, 1, 2])
+    reports = np.array([0] * 10 + [1] * 30 + [2] * 60)
+    e = mpmath.exp(mpmath.mpf(epsilon))
+    p = (e - 1) / (e + 2)
+    expected = [float((f - (1 - p) / 3) / p) for f in (mpmath.mpf("0.1"), mpmath.mpf("0.3"), mpmath.mpf("0.6"))]
+    np.testing.assert_allclose(mechanism.estimate_frequencies(reports), expected, rtol=1e-9, atol=1e-12)

@@ -238,8 +238,10 @@ class RandomizedResponse(Mechanism):
         if single or indices.size == 0:
             raise InvalidParameterError("reports", reports, "must be a non-empty array of reports")
         frequencies = np.bincount(indices, minlength=self._k) / indices.size
-        e = math.exp(self._epsilon)
-        return (e + self._k - 1) / math.expm1(self._epsilon) * (frequencies - 1.0 / (e + self._k - 1))
+        # The same in u = e^-eps (no overflow for large epsilon): (1 + (K-1) u)/(1 - u) (f_k - u/(1 + (K-1) u)).
+        u = math.exp(-self._epsilon)
+        spread = 1.0 + (self._k - 1) * u
+        return spread / -math.expm1(-self._epsilon) * (frequencies - u / spread)
 
     def estimator_variance(self, m: int, true_frequency: Any = None) -> Any:
         """Variance of one estimate h_k from m reports.

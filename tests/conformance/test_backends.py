@@ -72,6 +72,12 @@ QUERIES = {
         .bound(rows_per_group=5, groups_per_person=3)
         .agg(n=E.count())
     ),
+    # More keys than KEY_TABLE_THRESHOLD: both engines read the key list from a registered table.
+    "many public keys": lambda q: (
+        q.group_by("region", "age", keys={"region": [*REGIONS, None], "age": list(range(0, 120))})
+        .bound(rows_per_group=2, groups_per_person=3)
+        .agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    ),
     "quantiles": lambda q: (
         q.group_by("region", keys=REGIONS).bound(rows_per_group=3).agg(med=E.median("age", bounds=(0, 100)))
     ),

@@ -840,3 +840,42 @@ def test_filters_whose_failure_or_cost_could_depend_on_one_row_are_refused(condi
     assert s.remaining == dpkit.PureDP(1.0)
     for allowed in ("YEAR(ts) + 1 > 2020", "ts >= CAST('2020-06-01' AS TIMESTAMP)", "region LIKE 'a%'"):
         s.table().where(allowed)  # date comparisons, YEAR(...) and fixed patterns stay allowed
+
+
+def test_a_long_public_key_list_is_read_from_a_registered_table_with_the_same_result(people, monkeypatch):
+    """Above KEY_TABLE_THRESHOLD keys the list is an Arrow table, not VALUES (parsing 1e5 VALUES rows took
+    seconds); the aggregates are those of the VALUES path exactly, and nothing stays registered."""
+    from dpkit.engine import _aggregation
+
+    s = session(people)
+    keys = {"region": REGIONS, "age": list(range(0, 100))}
+    query = s.table().group_by("region", "age", keys=keys).bound(rows_per_group=2, groups_per_person=2)
+    query = query.agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    compiled, by_table = exact_aggregates(s, query)
+    assert _aggregation.key_table_columns(_aggregation_plan(compiled)) is not None
+    monkeypatch.setattr(_aggregation, "KEY_TABLE_THRESHOLD", 10**9)
+    _, by_values = exact_aggregates(s, query)
+    assert sorted(zip(by_table.keys, *by_table.columns.values(), strict=True)) == sorted(
+        zip(by_values.keys, *by_values.columns.values(), strict=True)
+    )
+    assert sum(by_table.columns["rows"]) > 0
+    listed = "SELECT table_name FROM duckdb_tables() UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal"
+    tables = s._backend._connection.execute(listed).fetchall()
+    assert not [t for (t,) in tables if t.startswith("__dpkit_keys_")]
+
+
+def test_a_long_key_list_arrow_cannot_type_falls_back_to_values():
+    """Keys of mixed kinds in one column (ints and a string) make no Arrow column: VALUES is used."""
+    from types import SimpleNamespace
+
+    from dpkit.engine._backends import DuckDBBackend
+
+    plan = SimpleNamespace(indexed_keys=True, groups=("tag",), key_order=tuple([(i,) for i in range(300)] + [("x",)]))
+    with DuckDBBackend()._key_table(plan) as name:  # type: ignore[arg-type]
+        assert name is None
+
+
+def _aggregation_plan(compiled):
+    from dpkit.engine._compiler import aggregation_plan
+
+    return aggregation_plan(compiled, {c: b for c, b in compiled.bounds.items() if isinstance(b, tuple)}, "salt")

@@ -11,10 +11,12 @@ with an install hint when missing.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import threading
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -24,6 +26,7 @@ from dpkit._errors import InvalidParameterError
 from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
+    key_table_columns,
     render_sql,
     repeated_keys_sql,
     to_dialect,
@@ -161,12 +164,36 @@ class DuckDBBackend:
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
-        rows = self._connection.execute(render_sql(plan)).fetchall()
+        with self._key_table(plan) as key_table:
+            rows = self._connection.execute(render_sql(plan, key_table)).fetchall()
         return _collect(rows, plan)
 
     def check(self, plan: AggregationPlan) -> None:
         """Bind and plan ``plan`` without reading rows (EXPLAIN); raises what running it would on schema errors."""
-        self._connection.execute("EXPLAIN " + render_sql(plan)).fetchall()
+        with self._key_table(plan) as key_table:
+            self._connection.execute("EXPLAIN " + render_sql(plan, key_table)).fetchall()
+
+    @contextlib.contextmanager
+    def _key_table(self, plan: AggregationPlan) -> Iterator[str | None]:
+        """A long public key list registered as an Arrow table for one statement (None: use VALUES)."""
+        columns = key_table_columns(plan)
+        table = None
+        if columns is not None:
+            import pyarrow as pa
+
+            try:
+                table = pa.table({name: pa.array(values) for name, values in columns.items()})
+            except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
+                table = None  # keys Arrow cannot type as one column (mixed kinds): the VALUES list
+        if table is None:
+            yield None
+            return
+        name = f"__dpkit_keys_{uuid.uuid4().hex}"
+        self._connection.register(name, table)
+        try:
+            yield name
+        finally:
+            self._connection.unregister(name)
 
     def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
         return bool(self._connection.execute(repeated_keys_sql(table, columns)).fetchall())
@@ -230,9 +257,31 @@ class SparkBackend:
         # The CTEs DuckDB materialises (the per-person table, the people in several groups, the
         # private key list) are cached here as temporary views first: Spark would otherwise compute
         # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
-        steps, final = view_steps(render_sql(plan), "spark", f"__dpkit_{uuid.uuid4().hex}_")
-        with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
-            return self._run_steps(plan, steps, final)
+        with self._key_table(plan) as key_table:
+            steps, final = view_steps(render_sql(plan, key_table), "spark", f"__dpkit_{uuid.uuid4().hex}_")
+            with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
+                return self._run_steps(plan, steps, final)
+
+    @contextlib.contextmanager
+    def _key_table(self, plan: AggregationPlan) -> Iterator[str | None]:
+        """A long public key list as a temporary view for one query (None: use VALUES)."""
+        columns = key_table_columns(plan)
+        frame = None
+        if columns is not None:
+            rows = list(zip(*columns.values(), strict=True))
+            try:
+                frame = self._spark.createDataFrame(rows, schema=list(columns))
+            except (TypeError, ValueError):
+                frame = None  # keys Spark cannot type as one column (mixed kinds): the VALUES list
+        if frame is None:
+            yield None
+            return
+        name = f"__dpkit_keys_{uuid.uuid4().hex}"
+        frame.createOrReplaceTempView(name)
+        try:
+            yield name
+        finally:
+            self._spark.catalog.dropTempView(name)
 
     def _run_steps(self, plan: AggregationPlan, steps: list[tuple[str, str, bool]], final: str) -> AggregationResult:
         views: list[str] = []
@@ -257,7 +306,8 @@ class SparkBackend:
 
     def check(self, plan: AggregationPlan) -> None:
         """Analyse ``plan`` without running it (Spark plans lazily); raises on schema errors."""
-        self._spark.sql(to_dialect(render_sql(plan), "spark"))
+        with self._key_table(plan) as key_table:
+            self._spark.sql(to_dialect(render_sql(plan, key_table), "spark"))
 
     def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
         return bool(self._spark.sql(to_dialect(repeated_keys_sql(table, columns), "spark")).collect())

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from dpkit import InvalidParameterError
 from dpkit.engine._builder import QueryBuilder
@@ -357,3 +359,17 @@ def test_bad_arguments_are_parameter_errors(arguments: dict[str, object], name: 
         parse_query(text, **options)  # type: ignore[arg-type]
     assert caught.value.name == name
     assert not isinstance(caught.value, UnsupportedSQLError)
+
+
+@given(st.one_of(st.integers(), st.text()))
+@settings(max_examples=300, deadline=None, derandomize=True)
+def test_fast_literals_are_the_text_sqlglot_writes(value):
+    """Key literals of type int and str are written without sqlglot (speed); they must be its text exactly."""
+    from sqlglot import exp
+
+    from dpkit.engine._aggregation import _literal
+
+    expected = exp.convert(value).sql(dialect="duckdb")
+    if isinstance(value, str) and "\x00" in value:
+        return  # not on the fast path
+    assert _literal(value) == expected

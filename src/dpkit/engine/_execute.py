@@ -11,6 +11,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from dpkit._errors import InternalError, InvalidParameterError
 from dpkit.engine._aggregation import AggregationResult, Histogram
 from dpkit.engine._backends import Backend
@@ -92,17 +95,27 @@ def widen(low: float, high: float, candidates: list[float]) -> tuple[float, floa
     return (max(c for c in candidates if c < low), low)
 
 
+def _bin_weights(counts: Mapping[int, int]) -> NDArray[np.float64]:
+    """The weight of each of the QUANTILE_BINS bins (weighted counts are integers in 2^-WEIGHT_BITS units)."""
+    weights = np.zeros(QUANTILE_BINS, dtype=np.float64)
+    if counts:
+        weights[np.fromiter(counts.keys(), dtype=np.int64)] = np.fromiter(counts.values(), dtype=np.float64)
+    return weights / _WEIGHT
+
+
 def _quantile(
-    mechanism: SelectionNoise, candidates: list[float], weights: list[float], level: float, rng: RandomSource
+    mechanism: SelectionNoise,
+    candidates: list[float],
+    weights: list[float] | NDArray[np.float64],
+    level: float,
+    rng: RandomSource,
 ) -> float:
     """Exponential mechanism over split points: score of a split = -|(weight below it) - level * total|."""
     total = math.fsum(weights)
-    below = [0.0]
-    for w in weights:
-        below.append(below[-1] + w)
-    below = below[: len(candidates)]
-    scores = [-abs(b - level * total) for b in below]
-    return mechanism.select(candidates, scores, rng)
+    # Running sums left to right (np.cumsum adds sequentially, as a Python loop would).
+    below = np.concatenate(([0.0], np.cumsum(np.asarray(weights, dtype=np.float64))))[: len(candidates)]
+    scores = -np.abs(below - level * total)
+    return mechanism.select(candidates, scores.tolist(), rng)
 
 
 def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) -> list[int]:
@@ -213,13 +226,12 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         mechanism = compiled.mechanism(statistic, max(len(keys), 1))
         assert isinstance(mechanism, SelectionNoise)
         edges = [low + (high - low) * j / QUANTILE_BINS for j in range(QUANTILE_BINS + 1)]
+        weights = [
+            _bin_weights(histogram.histogram[index[key]] if key in index and histogram.histogram else {})
+            for key in keys
+        ]
         for level in compiled.levels(statistic):
-            released = []
-            for key in keys:
-                counts = histogram.histogram[index[key]] if key in index and histogram.histogram else {}
-                weights = [counts.get(b, 0) / _WEIGHT for b in range(QUANTILE_BINS)]
-                released.append(_quantile(mechanism, edges, weights, level, rng))
-            values[f"{statistic.key}@{level}"] = released
+            values[f"{statistic.key}@{level}"] = [_quantile(mechanism, edges, w, level, rng) for w in weights]
         split.append(_describe(compiled, statistic, mechanism, (low, high)))
     values.update({f"__hw:{k}": [v] for k, v in half_widths.items()})
     return Released(keys, values, bounds, split)

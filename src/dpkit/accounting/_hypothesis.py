@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -138,28 +139,39 @@ def gaussian_delta(mu: float, epsilon: ArrayLike) -> Any:
     """delta(epsilon) of mu-GDP, i.e. of the Gaussian mechanism with ``mu = sensitivity / sigma``.
 
     ``delta = Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2)`` (Dong, Roth & Su 2022,
-    Cor. 2.13; Balle & Wang 2018, Thm. 8), evaluated in log space with ``log_ndtr`` so that
-    tiny deltas keep their relative precision.
+    Cor. 2.13; Balle & Wang 2018, Thm. 8), evaluated with mpmath: the two terms cancel to
+    within a factor ``mu`` (or ``mu^2 / eps`` in the tail), which in double precision cost up to
+    7 digits, and tiny deltas keep their relative precision.
 
     >>> round(gaussian_delta(1.0, 1.0), 4)
     0.1269
     """
     m = check_positive("mu", mu)
     eps = _check_epsilons(epsilon)
-    log_first = special.log_ndtr(-eps / m + m / 2)
-    log_second = eps + special.log_ndtr(-eps / m - m / 2)
-    with np.errstate(divide="ignore"):
-        delta = np.exp(log_first) * -np.expm1(np.minimum(log_second - log_first, 0.0))
-    return _out(np.maximum(delta, 0.0))
+    delta = np.array([_exact_gaussian_delta(m, float(e)) for e in eps.ravel()], dtype=np.float64)
+    return _out(delta.reshape(eps.shape))
+
+
+# Working precision of the profile: the two terms agree to about log10(1/(mu |gap|)) digits, so
+# double precision lost up to 7 digits for small mu (mu = 1e-9 at eps = 0) or far in the tail.
+_GAUSSIAN_DPS = 60
+
+
+def _mp_gaussian_delta(mu: float, epsilon: float) -> Any:
+    """delta(epsilon) of mu-GDP as an mpmath number at ``_GAUSSIAN_DPS`` digits (no underflow)."""
+    with mpmath.workdps(_GAUSSIAN_DPS + max(0, int(-math.log10(mu)))):
+        m, e = mpmath.mpf(mu), mpmath.mpf(epsilon)
+        value = mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
+        return value if value > 0 else mpmath.mpf(0)
+
+
+def _exact_gaussian_delta(mu: float, epsilon: float) -> float:
+    return max(float(_mp_gaussian_delta(mu, epsilon)), 0.0)
 
 
 def _log_gaussian_delta(mu: float, epsilon: float) -> float:
-    log_first = float(special.log_ndtr(-epsilon / mu + mu / 2))
-    log_second = epsilon + float(special.log_ndtr(-epsilon / mu - mu / 2))
-    gap = min(log_second - log_first, 0.0)
-    if gap == 0.0:
-        return -math.inf
-    return log_first + math.log(-math.expm1(gap))
+    value = _mp_gaussian_delta(mu, epsilon)
+    return -math.inf if value <= 0 else float(mpmath.log(value))
 
 
 def gaussian_epsilon(mu: float, delta: float) -> float:
@@ -181,7 +193,14 @@ def gaussian_epsilon(mu: float, delta: float) -> float:
     high = max(1.0, m * m)
     while _log_gaussian_delta(m, high) > log_target:
         high *= 2.0
-    return float(optimize.brentq(lambda e: _log_gaussian_delta(m, e) - log_target, 0.0, high, xtol=1e-14, rtol=1e-14))
+    root = float(optimize.brentq(lambda e: _log_gaussian_delta(m, e) - log_target, 0.0, high, xtol=1e-14, rtol=1e-14))
+    # brentq lands within its tolerance on *either* side of the root; step up until the
+    # high-precision profile confirms the answer (an epsilon below the root would not be DP).
+    step = max(root * 1e-15, 1e-300)
+    while _mp_gaussian_delta(m, root) > target:
+        root += step
+        step *= 2.0
+    return root
 
 
 def laplace_delta(b: float, epsilon: ArrayLike) -> Any:
@@ -478,6 +497,14 @@ def laplace_renyi(b: float, alpha: float) -> float:
         # Limit of the general formula: Bhattacharyya form, computed by direct integration.
         # int sqrt(p q) = e^{-1/(2b)} (1 + 1/(2b)).
         return -2.0 * (-1.0 / (2.0 * scale) + math.log1p(1.0 / (2.0 * scale)))
+    if order > 1.0:
+        # The same quantity as eps + log1p((alpha-1) expm1((1-2 alpha) eps) / (2 alpha-1)) / (alpha-1),
+        # eps = 1/b: e^{(alpha-1)/b} overflowed (b = 1e-3, alpha = 2) and the logarithm of a sum
+        # near 1 lost digits for alpha near 1 (as in dpkit.accounting._rdp.laplace_rdp).
+        eps = 1.0 / scale
+        return eps + math.log1p((order - 1.0) * math.expm1((1.0 - 2.0 * order) * eps) / (2.0 * order - 1.0)) / (
+            order - 1.0
+        )
     first = order / (2.0 * order - 1.0) * math.exp((order - 1.0) / scale)
     second = (order - 1.0) / (2.0 * order - 1.0) * math.exp(-order / scale)
     return math.log(first + second) / (order - 1.0)

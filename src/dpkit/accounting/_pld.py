@@ -336,7 +336,8 @@ def _symmetrised_pair(base: _Pair) -> _Pair:
 
 def _delta_of(pair: _Pair, eps: FloatArray) -> FloatArray:
     p_tail, q_tail = pair.tails(eps)
-    return np.maximum(p_tail - np.exp(eps) * q_tail, 0.0) + pair.infinity_mass
+    with np.errstate(over="ignore", invalid="ignore"):  # e^eps = inf past 709: NaN, read as "not above"
+        return np.maximum(p_tail - np.exp(eps) * q_tail, 0.0) + pair.infinity_mass
 
 
 def _upper_end(pair: _Pair, tail_mass: float) -> float:
@@ -357,9 +358,26 @@ def _upper_end(pair: _Pair, tail_mass: float) -> float:
     return high
 
 
+#: Largest |privacy loss| a single event may need on the grid (e^700 is still a finite float).
+_MAX_LOSS = 700.0
+
+
+def _loss_reach(pair: _Pair, tail_mass: float) -> float:
+    """The largest |loss| the grid of ``pair`` must cover."""
+    top = _upper_end(pair, tail_mass)
+    bottom = pair.low if math.isfinite(pair.low) else -top
+    return max(abs(top), abs(bottom))
+
+
 def _discretise(pair: _Pair, h: float, tail_mass: float, pessimistic: bool) -> _Pld:
     top = _upper_end(pair, tail_mass)
     bottom = pair.low if math.isfinite(pair.low) else -top  # Gaussian: symmetric range
+    if _loss_reach(pair, tail_mass) > _MAX_LOSS:
+        # e^loss overflows past ~709 and the chord below became NaN ("cannot convert float NaN
+        # to integer"); such an event is (eps, delta)-DP only for eps in the hundreds anyway.
+        raise InvalidParameterError(
+            "event", pair, f"has privacy losses beyond {_MAX_LOSS:g} nats, too large for a PLD; use RDPAccountant"
+        )
     j_low, j_high = math.floor(bottom / h), math.ceil(top / h)
     if j_high <= j_low:
         j_high = j_low + 1
@@ -496,7 +514,10 @@ def _delta_at(pld: _Pld, h: float, epsilon: float) -> float:
         total_q = (float(pld.probs[0]) + float(weighted[0])) * math.exp(epsilon - float(losses[0]))
         return min(1.0, max(0.0, float(np.sum(pld.probs)) - total_q) + pld.infinity)
     j = min(int(np.searchsorted(losses, epsilon, side="right")) - 1, len(losses) - 1)
-    value = float(above[j]) - float(weighted[j]) * math.exp(epsilon - float(losses[j]))
+    # Past the top loss nothing finite is above epsilon (weighted is 0 there, and e^(epsilon - l)
+    # would overflow for epsilon hundreds of nats beyond the grid).
+    below = float(weighted[j]) * math.exp(epsilon - float(losses[j])) if weighted[j] > 0 else 0.0
+    value = float(above[j]) - below
     return min(1.0, max(0.0, value) + pld.infinity)
 
 
@@ -646,7 +667,13 @@ class PLDAccountant(PrivacyAccountant):
     # -- PrivacyAccountant --------------------------------------------------------------------
 
     def _supports_atomic(self, event: PrivacyEvent) -> bool:
-        return self._pair(event, True) is not None
+        # An event whose losses exceed _MAX_LOSS (or whose e^eps overflows) cannot be put on the
+        # grid: refuse it here, leaving the state unchanged, rather than fail at query time.
+        try:
+            pairs = [self._pair(event, remove) for remove in (True, False)]
+            return all(pair is not None and _loss_reach(pair, self.tail_mass) <= _MAX_LOSS for pair in pairs)
+        except (OverflowError, InvalidParameterError):
+            return False
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:
         # Composition commutes: group repeats of one event and convolve lazily, at query time.

@@ -16,6 +16,7 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import mpmath
 import numpy as np
 from numpy.typing import NDArray
 
@@ -123,16 +124,21 @@ def discrete_laplace_rdp(scale: float, sensitivity: int, orders: FloatArray) -> 
     Everything is summed in log space.
     """
     t, d = scale, sensitivity
-    a = orders
-    log_r = -1.0 / t
-    log_one_minus_r = math.log(-math.expm1(log_r))
-    log_norm = log_one_minus_r - math.log1p(math.exp(log_r))
-    parts = [(1 - a) * d * log_r - log_one_minus_r, a * d * log_r - log_one_minus_r]
-    if d > 1:
-        log_s = (2 * a - 1) * log_r  # ratio of the middle geometric series, < 1
-        middle = log_s + np.log(-np.expm1((d - 1) * log_s)) - np.log(-np.expm1(log_s))
-        parts.append((1 - a) * d * log_r + middle)
-    values: FloatArray = (special.logsumexp(np.stack(parts), axis=0) + log_norm) / (a - 1)
+    # The sum is 1 + O((alpha - 1) d^2 / t^2): in double precision its logarithm lost every digit
+    # for large scales (t = 1e6: 4 digits too low, an invalid bound), so it is summed in mpmath.
+    values = np.empty_like(orders)
+    with mpmath.workdps(50 + max(0, int(2 * math.log10(max(t, 1.0))))):
+        log_r = -1 / mpmath.mpf(t)
+        r = mpmath.exp(log_r)
+        norm = (1 - r) / (1 + r)
+        for index, alpha in enumerate(orders):
+            a = mpmath.mpf(float(alpha))
+            total = (r ** ((1 - a) * d) + r ** (a * d)) / (1 - r)
+            if d > 1:
+                ratio = r ** (2 * a - 1)
+                total += r ** ((1 - a) * d) * ratio * (1 - ratio ** (d - 1)) / (1 - ratio)
+            value = mpmath.log(total * norm) / (a - 1)
+            values[index] = math.nextafter(float(value), math.inf) if value > 0 else 0.0
     return values
 
 
@@ -140,11 +146,19 @@ def _log_a_integer(q: float, sigma: float, alpha: int) -> float:
     """log A_alpha for integer alpha (Mironov, Talwar & Zhang 2019, Sec. 3.3).
 
     A_alpha = sum_{k=0}^{alpha} C(alpha, k) (1-q)^{alpha-k} q^k exp((k^2 - k) / (2 sigma^2)).
+    The binomial weights sum to one, so A_alpha - 1 is the same sum with exp replaced by expm1
+    (the k = 0, 1 terms vanish): a sum of positive terms, and log A = log1p(A - 1) keeps its
+    relative precision when A is within 1e-16 of 1 (small q, large sigma), where summing A
+    itself returned log A = 0 or several digits too low.
     """
-    k = np.arange(alpha + 1, dtype=np.float64)
+    if alpha < 2:
+        return 0.0
+    k = np.arange(2, alpha + 1, dtype=np.float64)
     log_binomial = special.gammaln(alpha + 1) - special.gammaln(k + 1) - special.gammaln(alpha - k + 1)
-    terms = log_binomial + k * math.log(q) + (alpha - k) * math.log1p(-q) + (k * k - k) / (2 * sigma**2)
-    return float(special.logsumexp(terms))
+    exponent = (k * k - k) / (2 * sigma**2)
+    log_expm1 = exponent + np.log(-np.expm1(-exponent))  # log(e^x - 1), no overflow
+    terms = log_binomial + k * math.log(q) + (alpha - k) * math.log1p(-q) + log_expm1
+    return float(np.logaddexp(0.0, special.logsumexp(terms)))
 
 
 def _log_erfc(x: FloatArray) -> FloatArray:
@@ -164,9 +178,9 @@ def _log_a_fractional(q: float, sigma: float, alpha: float) -> float:
     in the generalised binomial series that converges there. Past i = ceil(alpha) the generalised
     binomial coefficients alternate in sign; we add their absolute values, which can only
     over-estimate A_alpha (every other factor is positive), so the result stays an upper bound.
-    The series is summed until the terms are decreasing and below e^-40 of the total; the terms
-    then decay at least geometrically at rate (1 - q), so the omitted tail is below e^-40 / q of
-    the total, far inside the relative slack every answer carries.
+    The series is summed until the terms are decreasing and below q e^-40 of the total; the terms
+    then decay at least geometrically at rate (1 - q), so the omitted tail is below e^-40 of
+    the total, which is added to the answer together with a rounding allowance.
     """
     z0 = sigma**2 * math.log(1 / q - 1) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
@@ -195,8 +209,14 @@ def _log_a_fractional(q: float, sigma: float, alpha: float) -> float:
         total = float(special.logsumexp(np.concatenate([log_s0, log_s1])))
         tail = max(log_s0[-1], log_s1[-1])
         decreasing = log_s0[-1] < log_s0[-2] and log_s1[-1] < log_s1[-2]
-        if decreasing and tail < total - 40:
-            return total
+        if decreasing and tail < total - 40 + log_q:
+            # The omitted tail is below e^-40 of the total (the terms decay at least at rate
+            # 1 - q, so it is below tail / q). It and the rounding of the log-space terms
+            # (a few ulps of gammaln(alpha + 1) each, plus the summation) are added, so the
+            # series stays an upper bound where log A_alpha is below 1e-12; it returned values
+            # up to 1e-17 too low before, which is every digit of log A at q = 1e-9.
+            rounding = 8 * 2.2e-16 * (float(special.gammaln(alpha + 1)) + 2 * math.log2(2 * count) + 8)
+            return total + math.exp(-40.0) + rounding
         if count >= _FRACTIONAL_TERMS_LIMIT or (count >= 1024 and not decreasing):
             # Not converging (the terms decay like (1-q)^i, or grow when q is large): this
             # series gives no usable bound; the caller falls back to the integer-order chord.
@@ -469,4 +489,6 @@ class RDPAccountant(PrivacyAccountant):
 
     def _delta(self, epsilon: float) -> float:
         delta, _ = rdp_to_delta(self._orders, self._rdp, epsilon)
-        return min(1.0, delta * (1 + 1e3 * _RELATIVE_SLACK) + _ABSOLUTE_SLACK)
+        # The conversion is computed in log space, so its rounding is relative; an absolute
+        # slack of 1e-12 here made every delta at least 1e-12 (true values reach 1e-300).
+        return min(1.0, math.nextafter(delta * (1 + 1e3 * _RELATIVE_SLACK), math.inf))

@@ -492,3 +492,21 @@ def test_randomized_response_frequency_estimates_at_extreme_epsilons(epsilon):
     p = (e - 1) / (e + 2)
     expected = [float((f - (1 - p) / 3) / p) for f in (mpmath.mpf("0.1"), mpmath.mpf("0.3"), mpmath.mpf("0.6"))]
     np.testing.assert_allclose(mechanism.estimate_frequencies(reports), expected, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("epsilon", [1e-9, 1e-6, 1e-4, 1e-2, 1.0, 20.0])
+def test_analytic_gaussian_sigma_is_private_and_tight_against_mpmath(epsilon):
+    """The calibrated sigma's exact delta (Balle & Wang 2018, Thm 8, at 80 digits) is at most the target,
+    and 1e-9 less sigma exceeds it. Catches the double-precision cancellation of the two terms for
+    small epsilon: sigma(1e-6, 1e-100) gave an exact delta 1.3e-5 (relative) above the target."""
+    from dpkit.mechanisms.gaussian import analytic_gaussian_sigma
+
+    def exact(sigma: float) -> Any:
+        with mpmath.workdps(80):
+            s, e = mpmath.mpf(sigma), mpmath.mpf(epsilon)
+            return mpmath.ncdf(1 / (2 * s) - e * s) - mpmath.exp(e) * mpmath.ncdf(-1 / (2 * s) - e * s)
+
+    for delta in (0.3, 1e-6, 1e-12, 1e-50, 1e-100, 1e-300):
+        sigma = analytic_gaussian_sigma(epsilon, delta)
+        assert exact(sigma) <= delta, (epsilon, delta)
+        assert exact(sigma * (1 - 1e-9)) > delta, (epsilon, delta)

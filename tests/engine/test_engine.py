@@ -879,3 +879,20 @@ def _aggregation_plan(compiled):
     from dpkit.engine._compiler import aggregation_plan
 
     return aggregation_plan(compiled, {c: b for c, b in compiled.bounds.items() if isinstance(b, tuple)}, "salt")
+
+
+def test_released_private_keys_are_in_one_order_whatever_their_types():
+    """The fast tuple order for plain keys is _sort_key's order; mixed kinds, NULL and NaN use _sort_key."""
+    from dpkit.engine._execute import _in_key_order, _sort_key
+
+    cases = [
+        [(3,), (1,), (2,)],
+        [("b", 2), ("a", 9), ("a", 1)],
+        [(2.5,), (-1.0,), (0.0,)],
+        [(1,), ("a",), (None,), (0,)],
+        [(float("nan"),), (1.0,), (0.5,)],
+        [(True,), (1,), (0,)],
+    ]
+    for keys in cases:
+        indices = list(range(len(keys)))
+        assert _in_key_order(keys, indices) == sorted(indices, key=lambda i: _sort_key(keys[i])), keys

@@ -175,7 +175,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         noisy = selector.release(result.columns[chosen], rng=rng) if keys else []
         threshold = compiled.selection_threshold(selector)
         # Released groups are listed in key order (not the backend's hash order).
-        kept = sorted((i for i, value in enumerate(noisy) if value >= threshold), key=lambda i: _sort_key(keys[i]))
+        kept = _in_key_order(keys, [i for i, value in enumerate(noisy) if value >= threshold])
         keys = [keys[i] for i in kept]
         values[chosen] = [float(noisy[i]) for i in kept]
         split.append(
@@ -363,6 +363,28 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
 def _quotients(value: float, half: float, n_low: float, n_high: float) -> list[float]:
     """The corners of [value - half, value + half] / [n_low, n_high] (interval division, n > 0)."""
     return [(value - half) / n_low, (value - half) / n_high, (value + half) / n_low, (value + half) / n_high]
+
+
+def _in_key_order(keys: list[tuple[Any, ...]], indices: list[int]) -> list[int]:
+    """``indices`` sorted by their keys in :func:`_sort_key`'s order.
+
+    When every column holds values of one plain type (int, str, or float without NaN) and no
+    NULL, that order is the keys' own tuple order, which sorts several times faster.
+    """
+    chosen = [keys[i] for i in indices]
+    if chosen:
+        plain = True
+        for column in zip(*chosen, strict=True):
+            kind = type(column[0])
+            if kind not in (int, str, float) or any(type(v) is not kind for v in column):
+                plain = False
+                break
+            if kind is float and any(v != v for v in column):  # NaN
+                plain = False
+                break
+        if plain:
+            return [i for _, i in sorted(zip(chosen, indices, strict=True))]
+    return sorted(indices, key=lambda i: _sort_key(keys[i]))
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:

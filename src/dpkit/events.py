@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive
 from dpkit.guarantees import NeighbourRelation
 
@@ -37,6 +38,13 @@ class PrivacyEvent:
     """Base of every event. ``neighbours`` is the relation under which the event's parameters hold."""
 
 
+def _check_neighbours(event: PrivacyEvent) -> None:
+    # An event without a valid relation (None, a string) would slip past an accountant's relation check.
+    relation = getattr(event, "neighbours", None)
+    if not isinstance(relation, NeighbourRelation):
+        raise InvalidParameterError("neighbours", relation, "must be a dpkit.guarantees.NeighbourRelation")
+
+
 @dataclass(frozen=True)
 class LaplaceEvent(PrivacyEvent):
     """Laplace noise of scale ``noise_multiplier`` x (L1 sensitivity) added to a query."""
@@ -45,6 +53,7 @@ class LaplaceEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_positive("noise_multiplier", self.noise_multiplier)
 
 
@@ -56,6 +65,7 @@ class GaussianEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_positive("noise_multiplier", self.noise_multiplier)
 
 
@@ -68,6 +78,7 @@ class DiscreteLaplaceEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_positive("scale", self.scale)
         check_integer("sensitivity", self.sensitivity, minimum=1)
 
@@ -81,6 +92,7 @@ class DiscreteGaussianEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_positive("sigma", self.sigma)
         check_positive("sensitivity", self.sensitivity)
 
@@ -94,6 +106,7 @@ class RandomizedResponseEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.REPLACE_ONE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_epsilon(self.epsilon)
         check_integer("k", self.k, minimum=2)
 
@@ -106,6 +119,7 @@ class PureDPEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_epsilon(self.epsilon)
 
 
@@ -118,6 +132,7 @@ class ApproxDPEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_epsilon(self.epsilon)
         check_delta(self.delta)
 
@@ -130,6 +145,7 @@ class ZCDPEvent(PrivacyEvent):
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
+        _check_neighbours(self)
         check_positive("rho", self.rho)
 
 
@@ -140,9 +156,9 @@ class ComposedEvent(PrivacyEvent):
     events: tuple[PrivacyEvent, ...]
 
     def __post_init__(self) -> None:
-        if not all(isinstance(event, PrivacyEvent) for event in self.events):
-            from dpkit._errors import InvalidParameterError
-
+        if not isinstance(self.events, tuple | list) or not all(
+            isinstance(event, PrivacyEvent) for event in self.events
+        ):
             raise InvalidParameterError("events", self.events, "must be a tuple of PrivacyEvent")
 
 
@@ -156,8 +172,6 @@ class SelfComposedEvent(PrivacyEvent):
     def __post_init__(self) -> None:
         check_integer("count", self.count, minimum=1)
         if not isinstance(self.event, PrivacyEvent):
-            from dpkit._errors import InvalidParameterError
-
             raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
 
 
@@ -173,8 +187,6 @@ class PoissonSampledEvent(PrivacyEvent):
 
         check_probability("sampling_probability", self.sampling_probability, open_low=True)
         if not isinstance(self.event, PrivacyEvent):
-            from dpkit._errors import InvalidParameterError
-
             raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
 
 
@@ -190,12 +202,8 @@ class SampledWithoutReplacementEvent(PrivacyEvent):
         check_integer("source_size", self.source_size, minimum=1)
         check_integer("sample_size", self.sample_size, minimum=1)
         if self.sample_size > self.source_size:
-            from dpkit._errors import InvalidParameterError
-
             raise InvalidParameterError("sample_size", self.sample_size, f"must be <= source_size={self.source_size}")
         if not isinstance(self.event, PrivacyEvent):
-            from dpkit._errors import InvalidParameterError
-
             raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
 
 
@@ -209,8 +217,6 @@ class GroupEvent(PrivacyEvent):
     def __post_init__(self) -> None:
         check_integer("size", self.size, minimum=1)
         if not isinstance(self.event, PrivacyEvent):
-            from dpkit._errors import InvalidParameterError
-
             raise InvalidParameterError("event", self.event, "must be a PrivacyEvent")
 
 

@@ -9,16 +9,20 @@ a weaker, still-true claim.
 from __future__ import annotations
 
 import enum
+import functools
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from fractions import Fraction
+from typing import Any
 
 from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive
 
 optimize = LazyModule("scipy.optimize")
+_mpmath = LazyModule("mpmath")
 
 __all__ = ["ApproxDP", "ApproxZCDP", "Guarantee", "NeighbourRelation", "PureDP", "ZCDP", "round_up"]
 
@@ -45,10 +49,37 @@ def round_up(value: float, ulps: int = 4) -> float:
 
 def float_at_most(value: Fraction) -> float:
     """The largest float whose decimal reading (how guarantees read floats) is <= ``value``."""
-    result = float(value)
+    try:
+        result = float(value)
+    except OverflowError:  # beyond the float range: the largest float is below it
+        return sys.float_info.max
     while as_fraction(result) > value:
         result = math.nextafter(result, 0.0)
     return result
+
+
+def _display_float(exact: Fraction, name: str, value: object) -> float:
+    """``float(exact)`` for a display field; a value beyond the float range is refused by name."""
+    try:
+        return float(exact)
+    except OverflowError:
+        raise InvalidParameterError(name, value, "must be below the largest float (about 1.8e308)") from None
+
+
+@functools.cache
+def _context() -> Any:
+    """A private mpmath context at 50 digits, for certified evaluations of irrational bounds.
+
+    Double precision is not enough there: the terms of the CKS bound cancel (terms ~0.1 summing
+    to ~1e-14), and e^(k epsilon) amplifies the rounding of k epsilon by k epsilon (~700).
+    """
+    context = _mpmath.ctx_mp.MPContext()
+    context.dps = 50
+    return context
+
+
+def _mp(context: Any, value: Fraction) -> Any:
+    return context.mpf(value.numerator) / value.denominator
 
 
 def _check_relation(value: object) -> NeighbourRelation:
@@ -86,7 +117,7 @@ class PureDP:
         if exact <= 0:
             raise InvalidParameterError("epsilon", self.epsilon, "must be a real number > 0 and finite")
         object.__setattr__(self, "epsilon_exact", exact)
-        object.__setattr__(self, "epsilon", float(exact))
+        object.__setattr__(self, "epsilon", _display_float(exact, "epsilon", self.epsilon))
         _check_relation(self.neighbours)
 
     delta = 0.0
@@ -166,7 +197,7 @@ class ApproxDP:
             raise InvalidParameterError("delta", self.delta, "must be a real number with 0 <= delta < 1")
         object.__setattr__(self, "epsilon_exact", eps)
         object.__setattr__(self, "delta_exact", dlt)
-        object.__setattr__(self, "epsilon", float(eps))
+        object.__setattr__(self, "epsilon", _display_float(eps, "epsilon", self.epsilon))
         # The float fields are for display; every safety decision uses the *_exact fractions.
         object.__setattr__(self, "delta", float(dlt))
         _check_relation(self.neighbours)
@@ -205,8 +236,17 @@ class ApproxDP:
         k = check_integer("size", size, minimum=1)
         if self.delta_exact == 0:
             return ApproxDP(self.epsilon_exact * k, Fraction(0), self.neighbours)  # type: ignore[arg-type]
-        factor = round_up(k * math.exp(k * self.epsilon))
-        new_delta = self.delta_exact * Fraction(factor)
+        # k e^{k epsilon} at 50 digits from the exact epsilon: exp in doubles of the rounded
+        # k * epsilon came out up to ~1e-13 relative low (its input error times k epsilon ~700).
+        context = _context()
+        factor_mp = k * context.exp(_mp(context, self.epsilon_exact * k))
+        if _mp(context, self.delta_exact) * factor_mp >= 1 - context.mpf(10) ** -40:
+            raise InvalidParameterError("size", size, f"group privacy for {k} people leaves delta >= 1")
+        if factor_mp < sys.float_info.max / 2:
+            factor = Fraction(round_up(float(factor_mp)))
+        else:  # only a delta far below the smallest float gets here: an exact, rounded-up ratio
+            factor = Fraction(int(context.ceil(factor_mp * (1 + context.mpf(10) ** -40))))
+        new_delta = self.delta_exact * factor
         if new_delta >= 1:
             raise InvalidParameterError("size", size, f"group privacy for {k} people leaves delta >= 1")
         return ApproxDP(self.epsilon_exact * k, new_delta, self.neighbours)  # type: ignore[arg-type]
@@ -234,7 +274,7 @@ class ZCDP:
         if exact <= 0:
             raise InvalidParameterError("rho", self.rho, "must be a real number > 0 and finite")
         object.__setattr__(self, "rho_exact", exact)
-        object.__setattr__(self, "rho", float(exact))
+        object.__setattr__(self, "rho", _display_float(exact, "rho", self.rho))
         _check_relation(self.neighbours)
 
     def __add__(self, other: Guarantee) -> Guarantee:
@@ -273,20 +313,27 @@ class ZCDP:
         never worse than Bun & Steinke's rho + 2 sqrt(rho log(1/delta)). Rounded up.
         """
         d = check_delta(delta, allow_zero=False)
-        rho = self.rho
-        log_inv_delta = math.log(1 / d)
-        simple = rho + 2 * math.sqrt(rho * log_inv_delta)
+        rho = max(self.rho, 5e-324)  # only to locate the optimum: the bound itself is certified below
+        log_inv_delta = -math.log(d)  # finite also for a subnormal delta (1 / d overflows)
 
         def eps_of(alpha: float) -> float:
             return alpha * rho + (log_inv_delta + (alpha - 1) * math.log1p(-1 / alpha) - math.log(alpha)) / (alpha - 1)
 
         # The objective is convex in alpha; the optimum lies near 1 + sqrt(log(1/delta)/rho).
-        guess = 1 + math.sqrt(log_inv_delta / rho)
-        result = optimize.minimize_scalar(eps_of, bounds=(1 + 1e-9, max(4 * guess, 2.0)), method="bounded")
-        # Any alpha gives a valid bound, so a sub-optimal search is still safe. For a tiny rho the
-        # bound can dip below 0: the guarantee then already holds at epsilon 0.
-        best = min(simple, float(result.fun)) if result.success else simple
-        return ApproxDP(max(0.0, round_up(best, 8)), d, self.neighbours)
+        guess = 1 + math.sqrt(min(log_inv_delta / rho, 1e300))
+        result = optimize.minimize_scalar(eps_of, bounds=(1 + 1e-9, min(max(4 * guess, 2.0), 1e150)), method="bounded")
+        # Any alpha gives a valid bound, so a sub-optimal search is still safe; the bound at the
+        # chosen alpha is then evaluated at 50 digits from the exact rho and the claimed delta (in
+        # doubles its terms cancel: epsilon came out up to 7e-5 relative low near epsilon 0). For
+        # a tiny rho the bound can dip below 0: the guarantee then already holds at epsilon 0.
+        context = _context()
+        r, big_l = _mp(context, self.rho_exact), -context.log(_mp(context, as_fraction(d)))
+        best = r + 2 * context.sqrt(r * big_l)  # Bun & Steinke's bound (CKS's is never worse)
+        alpha = float(result.x) if result.success else math.nan
+        if math.isfinite(alpha) and alpha > 1:
+            a = context.mpf(alpha)
+            best = min(best, a * r + (big_l + (a - 1) * context.log1p(-1 / a) - context.log(a)) / (a - 1))
+        return ApproxDP(round_up(float(best), 8) if best > 0 else 0.0, d, self.neighbours)
 
     def under(self, neighbours: NeighbourRelation) -> ZCDP:
         return _under(self, neighbours)  # type: ignore[return-value]
@@ -330,7 +377,7 @@ class ApproxZCDP:
             raise InvalidParameterError("delta", self.delta, "must be a real number with 0 <= delta < 1")
         object.__setattr__(self, "rho_exact", rho)
         object.__setattr__(self, "delta_exact", dlt)
-        object.__setattr__(self, "rho", float(rho))
+        object.__setattr__(self, "rho", _display_float(rho, "rho", self.rho))
         object.__setattr__(self, "delta", float(dlt))
         _check_relation(self.neighbours)
 
@@ -385,8 +432,13 @@ class ApproxZCDP:
         if total >= 1:
             raise InvalidParameterError("delta", delta, f"plus this guarantee's delta {self.delta} must stay < 1")
         base = ZCDP(self.rho_exact, self.neighbours).to_approx(d).epsilon if self.rho_exact > 0 else 0.0  # type: ignore[arg-type]
-        penalty = -math.log1p(-float(self.delta_exact)) if self.delta_exact > 0 else 0.0
-        return ApproxDP(round_up(base + penalty, 8), total, self.neighbours)  # type: ignore[arg-type]
+        if self.delta_exact == 0:
+            return ApproxDP(base, total, self.neighbours)  # type: ignore[arg-type]
+        # log(1 / (1 - delta)) from the exact 1 - delta: float(delta) near 1 loses 1 - delta (at
+        # delta = 1 - 1e-16 the double 1 - 2^-53 made the penalty 0.105 too small).
+        context = _context()
+        penalty = -context.log(_mp(context, 1 - self.delta_exact))
+        return ApproxDP(round_up(float(base + penalty), 8), total, self.neighbours)  # type: ignore[arg-type]
 
     def under(self, neighbours: NeighbourRelation) -> ApproxZCDP:
         """This guarantee under ``neighbours``: only its own relation (no group privacy to convert with)."""

@@ -19,6 +19,8 @@ __all__ = ["LDPvsCentral", "OracleChoice", "choose", "ldp_vs_central_error", "pl
 
 # OLH sends O(log k) bits, OUE k bits: within this factor of OUE's variance OLH is preferred.
 _COMMUNICATION_SLACK = 1.05
+# OLH's default g = round(e^eps) + 1 must be below 2**31 (see OLH).
+_OLH_MAX_EPSILON = math.log(2.0**31 - 2)
 
 
 @dataclass(frozen=True)
@@ -53,18 +55,20 @@ def choose(k: int, epsilon: float, n: int) -> OracleChoice:
         "KRR": KRR(categories, eps),
         "SUE": SUE(categories, eps),
         "OUE": OUE(categories, eps),
-        "OLH": OLH(categories, eps),
         "HadamardResponse": HadamardResponse(categories, eps),
     }
+    if eps <= _OLH_MAX_EPSILON and categories < 2**31:  # OLH's g = round(e^eps) + 1 buckets stay below 2**31
+        candidates["OLH"] = OLH(categories, eps)
     variances = {name: float(oracle.variance(count)) for name, oracle in candidates.items()}
     best = min(variances, key=variances.__getitem__)
-    threshold = 3 * math.exp(eps) + 2
-    if best == "OUE" and variances["OLH"] <= _COMMUNICATION_SLACK * variances["OUE"]:
+    threshold = 3 * math.exp(eps) + 2 if eps < 700 else math.inf  # e^eps overflows above ~709
+    if best == "OUE" and variances.get("OLH", math.inf) <= _COMMUNICATION_SLACK * variances["OUE"]:
         best = "OLH"
     rule = "holds" if categories < threshold else "fails"
+    olh = f"{variances['OLH']:.4g}" if "OLH" in variances else "n/a (epsilon too large)"
     reason = (
         f"{best} has the lowest count variance ({variances[best]:.4g}; k-RR {variances['KRR']:.4g}, "
-        f"OUE {variances['OUE']:.4g}, OLH {variances['OLH']:.4g}); Wang et al.'s rule "
+        f"OUE {variances['OUE']:.4g}, OLH {olh}); Wang et al.'s rule "
         f"k < 3e^eps + 2 = {threshold:.2f} {rule} for k = {categories}"
     )
     if best == "OLH" and categories < threshold:
@@ -99,8 +103,10 @@ def ldp_vs_central_error(k: int, epsilon: float, n: int) -> LDPvsCentral:
     categories = check_integer("k", k, minimum=2)
     eps = check_epsilon(epsilon)
     count = check_integer("n", n, minimum=1)
-    ldp = (categories - 2 + math.exp(eps)) / (count * math.expm1(eps) ** 2)
-    central = 2.0 / (count * count * eps * eps)
+    # (k - 2 + e^eps)/(e^eps - 1)^2 = e^-eps (1 + (k - 2) e^-eps)/(1 - e^-eps)^2: no overflow above eps ~ 355
+    small = math.exp(-eps)
+    ldp = small * (1.0 + (categories - 2) * small) / -math.expm1(-eps) / -math.expm1(-eps) / count
+    central = 2.0 / (count * eps) / (count * eps)
     return LDPvsCentral(ldp, central)
 
 

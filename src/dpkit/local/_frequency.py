@@ -100,6 +100,20 @@ class FrequencyOracle(LocalRandomizer, ABC):
         """P(a report supports a given other category)."""
         raise NotImplementedError
 
+    # p - q, 1 - q and 1 - p - q, accurate to a few ulps (no cancellation for epsilon near 0, no
+    # overflow for large epsilon): subclasses with closed forms override them.
+    @property
+    def _gap(self) -> float:
+        return self.p - self.q
+
+    @property
+    def _one_minus_q(self) -> float:
+        return 1.0 - self.q
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        return 1.0 - self.p - self.q
+
     def _parameters(self) -> tuple[Any, ...]:
         return (self._k, self._epsilon)
 
@@ -144,7 +158,7 @@ class FrequencyOracle(LocalRandomizer, ABC):
         """
         counts = self.support_counts(reports)
         n = len(reports)
-        return np.asarray((counts - n * self.q) / (self.p - self.q), dtype=np.float64)
+        return np.asarray((counts - n * self.q) / self._gap, dtype=np.float64)
 
     def variance(self, n: int, true_count: Any = None) -> Any:
         """Variance of one category's estimated COUNT from n reports.
@@ -154,14 +168,14 @@ class FrequencyOracle(LocalRandomizer, ABC):
         variance n q (1 - q)/(p - q)^2 + n_v (1 - p - q)/(p - q) (Wang et al. 2017, Eq. 2).
         """
         m = check_integer("n", n, minimum=1)
-        p, q = self.p, self.q
-        base = m * q * (1 - q) / (p - q) ** 2
+        gap = self._gap
+        base = m * self.q * self._one_minus_q / gap / gap
         if true_count is None:
             return base
         nv = np.asarray(true_count, dtype=np.float64)
         if not np.all(np.isfinite(nv)) or np.any(nv < 0) or np.any(nv > m):
             raise InvalidParameterError("true_count", true_count, f"must be in [0, n={m}]")
-        result = base + nv * (1 - p - q) / (p - q)
+        result = base + nv * self._one_minus_p_minus_q / gap
         return float(result) if nv.ndim == 0 else result
 
     def frequency_variance(self, n: int) -> float:
@@ -178,7 +192,7 @@ class FrequencyOracle(LocalRandomizer, ABC):
         level = check_probability("alpha", alpha, open_low=True, open_high=True)
         estimates = self.estimate(reports)
         n = len(reports)
-        worst = np.clip(estimates, 0, n) if 1 - self.p - self.q > 0 else np.zeros_like(estimates)
+        worst = np.clip(estimates, 0, n) if self._one_minus_p_minus_q > 0 else np.zeros_like(estimates)
         half = _normal_quantile(level) * np.sqrt(self.variance(n, worst))
         return np.stack([estimates - half, estimates + half], axis=1)
 
@@ -218,7 +232,22 @@ class KRR(FrequencyOracle):
 
     @property
     def q(self) -> float:
-        return 1.0 / (math.exp(self._epsilon) + self._k - 1)
+        small = math.exp(-self._epsilon)  # 1/(e^eps + k - 1) without overflow above eps ~ 709
+        return small / (1.0 + (self._k - 1) * small)
+
+    @property
+    def _gap(self) -> float:
+        return -math.expm1(-self._epsilon) / (1.0 + (self._k - 1) * math.exp(-self._epsilon))
+
+    @property
+    def _one_minus_q(self) -> float:
+        small = math.exp(-self._epsilon)
+        return (1.0 + (self._k - 2) * small) / (1.0 + (self._k - 1) * small)
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        small = math.exp(-self._epsilon)
+        return (self._k - 2) * small / (1.0 + (self._k - 1) * small)
 
     def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
         return np.asarray(self._mechanism.release(values, rng=source), dtype=np.int64)
@@ -294,6 +323,18 @@ class SUE(_UnaryEncoding):
     def q(self) -> float:
         return 1.0 / (1.0 + math.exp(self._epsilon / 2))
 
+    @property
+    def _gap(self) -> float:
+        return math.tanh(self._epsilon / 4)
+
+    @property
+    def _one_minus_q(self) -> float:
+        return self.p
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        return 0.0
+
     def _own_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
         return bernoulli_keep(self._epsilon_exact / 2, 2, size, rng=source)
 
@@ -321,7 +362,16 @@ class OUE(_UnaryEncoding):
 
     @property
     def q(self) -> float:
-        return 1.0 / (1.0 + math.exp(self._epsilon))
+        small = math.exp(-self._epsilon)  # 1/(1 + e^eps) without overflow
+        return small / (1.0 + small)
+
+    @property
+    def _gap(self) -> float:
+        return math.tanh(self._epsilon / 2) / 2
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        return math.tanh(self._epsilon / 2) / 2
 
     def _own_bits(self, size: int, source: RandomSource) -> NDArray[np.bool_]:
         from dpkit.noise import bernoulli_rational
@@ -366,13 +416,27 @@ class OLH(FrequencyOracle):
 
     def __init__(self, k: int, epsilon: float, *, g: int | None = None) -> None:
         super().__init__(k, epsilon)
-        self._g = max(2, round(math.exp(self._epsilon)) + 1) if g is None else check_integer("g", g, minimum=2)
+        if g is None:
+            # g = round(e^eps) + 1 must stay below 2**31 (checked before e^eps can overflow)
+            if self._epsilon > math.log(2.0**31 - 2):
+                raise InvalidParameterError(
+                    "epsilon", epsilon, "must be at most ln(2**31) ~ 21.49 for OLH's default g (pass g)"
+                )
+            self._g = max(2, round(math.exp(self._epsilon)) + 1)
+        else:
+            self._g = check_integer("g", g, minimum=2)
+            if self._g >= 2**31:
+                raise InvalidParameterError("g", g, "must be below 2**31 for OLH")
+        if self._k >= 2**31:
+            raise InvalidParameterError("k", k, "must be below 2**31 for OLH")
         self._prime = _smallest_prime_at_least(max(self._k, self._g))
         if self._prime >= 2**31:
             raise InvalidParameterError("k", k, "must be below 2**31 for OLH")
         self._bucket_rr = RandomizedResponse(self._epsilon, k=self._g)
-        sizes = np.bincount(np.arange(self._prime) % self._g, minlength=self._g).astype(np.float64)
-        self._collision = float(np.sum(sizes * (sizes - 1)) / (self._prime * (self._prime - 1)))
+        # m_j = #{r < P : r mod g = j}: `rest` buckets of size `base` + 1, the others of size `base`
+        base, rest = divmod(self._prime, self._g)
+        pairs = rest * (base + 1) * base + (self._g - rest) * base * (base - 1)
+        self._collision = pairs / (self._prime * (self._prime - 1))
 
     @property
     def g(self) -> int:
@@ -393,7 +457,24 @@ class OLH(FrequencyOracle):
     def q(self) -> float:
         keep = self.p
         c = self._collision
-        return c * keep + (1 - c) * (1 - keep) / (self._g - 1)
+        return c * keep + (1 - c) * self._bucket_other
+
+    @property
+    def _bucket_other(self) -> float:
+        """P(k-RR over g buckets reports a given other bucket) = 1/(e^eps + g - 1)."""
+        small = math.exp(-self._epsilon)
+        return small / (1.0 + (self._g - 1) * small)
+
+    @property
+    def _gap(self) -> float:
+        # p - q = (1 - c)(p - 1/(e^eps + g - 1)) = (1 - c)(1 - e^-eps)/(1 + (g - 1) e^-eps)
+        return (1 - self._collision) * -math.expm1(-self._epsilon) / (1.0 + (self._g - 1) * math.exp(-self._epsilon))
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        other, c = self._bucket_other, self._collision
+        # 1 - p = (g - 1) other, so 1 - p - q = (g - 2 + c) other - c p
+        return (self._g - 2 + c) * other - c * self.p
 
     def hash(self, a: Any, b: Any, values: Any) -> NDArray[np.int64]:
         """h_(a,b)(x) = ((a x + b) mod P) mod g (broadcasting)."""
@@ -512,6 +593,14 @@ class HadamardResponse(FrequencyOracle):
     def q(self) -> float:
         return 0.5
 
+    @property
+    def _gap(self) -> float:
+        return math.tanh(self._epsilon / 2) / 2
+
+    @property
+    def _one_minus_p_minus_q(self) -> float:
+        return -math.tanh(self._epsilon / 2) / 2
+
     def _randomize(self, values: NDArray[np.int64], source: RandomSource) -> NDArray[Any]:
         rows = values + 1
         inside = bernoulli_keep(self._epsilon_exact, 2, values.size, rng=source)
@@ -532,8 +621,8 @@ class HadamardResponse(FrequencyOracle):
     def transition_matrix(self) -> NDArray[np.float64]:
         y = np.arange(self._size)
         out = np.empty((self._k, self._size))
-        e = math.exp(self._epsilon)
+        small = math.exp(-self._epsilon)  # 2 e^eps / (K (e^eps + 1)) and 2 / (K (e^eps + 1)), no overflow
         for x in range(self._k):
             plus = (np.bitwise_count(y & (x + 1)) & 1) == 0
-            out[x] = np.where(plus, 2 * e, 2.0) / (self._size * (e + 1))
+            out[x] = np.where(plus, 2.0, 2.0 * small) / (self._size * (1.0 + small))
         return out

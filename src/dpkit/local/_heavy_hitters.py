@@ -76,7 +76,10 @@ class HeavyHitters:
             raise InvalidParameterError("bits_per_level", (first, step), "need first_bits <= 16, bits_per_level <= 12")
         lengths = list(range(first, self._bits, step)) + [self._bits]
         self._lengths = tuple(sorted(set(lengths)))
-        self._g = max(2, round(math.exp(self._epsilon)) + 1) if g is None else check_integer("g", g, minimum=2)
+        if g is None:  # round(e^eps) + 1 buckets, at most P (more buckets than residues add nothing)
+            self._g = _PRIME if self._epsilon >= math.log(_PRIME) else max(2, round(math.exp(self._epsilon)) + 1)
+        else:
+            self._g = check_integer("g", g, minimum=2)
         if self._g > _PRIME:
             raise InvalidParameterError("g", g, f"must be at most {_PRIME}")
         self._rr = RandomizedResponse(self._epsilon, k=self._g)

@@ -73,7 +73,9 @@ class _MeanMechanism(LocalRandomizer, ABC):
             return max(float(self.report_variance(0.0)), float(self.report_variance(1.0))) / m
         s = check_probability("mean_square", mean_square)
         v0, v1 = float(self.report_variance(0.0)), float(self.report_variance(1.0))
-        return (v0 + (v1 - v0) * s) / m
+        if v1 >= v0:  # a sum of non-negative terms either way: no cancellation
+            return (v0 + (v1 - v0) * s) / m
+        return (v1 + (v0 - v1) * (1.0 - s)) / m
 
     def confidence_interval(self, reports: LocalReports, alpha: float = 0.05) -> tuple[float, float]:
         """Normal-approximation (1 - alpha) interval on the mean, with the worst-case variance."""
@@ -107,12 +109,14 @@ class DuchiMechanism(_MeanMechanism):
 
     @property
     def bound(self) -> float:
-        """B = (e^eps + 1) / (e^eps - 1)."""
-        return (math.exp(self._epsilon) + 1) / math.expm1(self._epsilon)
+        """B = (e^eps + 1) / (e^eps - 1) = 1 / tanh(eps / 2)."""
+        return 1.0 / math.tanh(self._epsilon / 2)
 
     def plus_probability(self, value: Any) -> Any:
+        """P(report = +B | value) = 1/2 + x (e^eps - 1) / (2 (e^eps + 1)) = (1 + x tanh(eps/2)) / 2."""
         x = np.asarray(value, dtype=np.float64)
-        return 0.5 + x * math.expm1(self._epsilon) / (2 * (math.exp(self._epsilon) + 1))
+        small = math.exp(-self._epsilon)  # = ((1 + x) + (1 - x) e^-eps) / (2 (1 + e^-eps)): no cancellation
+        return ((1.0 + x) + (1.0 - x) * small) / (2.0 * (1.0 + small))
 
     def _randomize(self, values: NDArray[np.float64], source: RandomSource) -> NDArray[np.float64]:
         z = bernoulli_dyadic((1.0 + values) / 2.0, source)  # (1 + x)/2 is exact in floating point
@@ -121,7 +125,9 @@ class DuchiMechanism(_MeanMechanism):
 
     def report_variance(self, value: Any) -> Any:
         x = np.asarray(value, dtype=np.float64)
-        return self.bound**2 - x * x
+        # B^2 - x^2 = (B^2 - 1) + (1 - x)(1 + x), B^2 - 1 = 1/sinh^2(eps/2) = 4 e^-eps / (1 - e^-eps)^2
+        excess = 4.0 * math.exp(-self._epsilon) / math.expm1(-self._epsilon) / math.expm1(-self._epsilon)
+        return excess + (1.0 - x) * (1.0 + x)
 
 
 class PiecewiseMechanism(_MeanMechanism):
@@ -154,18 +160,21 @@ class PiecewiseMechanism(_MeanMechanism):
 
     def __init__(self, epsilon: float) -> None:
         super().__init__(epsilon)
-        half = math.exp(self._epsilon / 2)
-        self._c = (half + 1) / (half - 1)
+        self._c = 1.0 / math.tanh(self._epsilon / 4)  # (e^(eps/2) + 1)/(e^(eps/2) - 1), no cancellation or overflow
         n = self.cells
-        self._window = min(n - 1, max(1, round(n / (half + 1))))
+        shrink = math.exp(-self._epsilon / 2)  # n / (e^(eps/2) + 1) = n e^(-eps/2) / (1 + e^(-eps/2))
+        self._window = min(n - 1, max(1, round(n * shrink / (1.0 + shrink))))
         self._ratio = Fraction(n - self._window, self._window)
-        e = math.exp(self._epsilon)
-        self._inside = 1.0 / (1.0 + float(self._ratio) / e)
-        # E[cell midpoint (in cell units) | s] = slope * s + offset (module docstring).
         m, big = self._window, n
+        # pi = 1/(1 + ((N - M)/M) e^-eps) = M / (M + (N - M) e^-eps); 1 - pi = (N - M) e^-eps / (same)
+        denominator = m + (big - m) * math.exp(-self._epsilon)
+        self._inside = m / denominator
+        self._outside = (big - m) * math.exp(-self._epsilon) / denominator
+        # E[cell midpoint (in cell units) | s] = slope * s + offset (module docstring), with
+        # slope = pi - (1 - pi) M/(N - M) = M (1 - e^-eps) / (M + (N - M) e^-eps) (no cancellation).
         pi = self._inside
-        self._slope_s = pi - (1 - pi) * m / (big - m)
-        self._offset_s = pi * m / 2 + (1 - pi) * (big * big / 2 - m * m / 2) / (big - m)
+        self._slope_s = m * -math.expm1(-self._epsilon) / denominator
+        self._offset_s = pi * m / 2 + self._outside * (big + m) / 2
 
     @property
     def bound(self) -> float:
@@ -195,43 +204,46 @@ class PiecewiseMechanism(_MeanMechanism):
         s = (1.0 + np.asarray(x, dtype=np.float64)) / 2.0 * (self.cells - self._window)
         return self._to_value(self._slope_s * s + self._offset_s)
 
+    @property
+    def _alpha(self) -> float:
+        """E[report | x] = alpha x (beta = 0 by symmetry): alpha = slope (N - M)/2 cells of 2C/N."""
+        return self._slope_s * (self.cells - self._window) * self._c / self.cells
+
     def estimate(self, reports: LocalReports) -> float:
-        """Unbiased mean estimate: invert E[report | x] = alpha x + beta."""
+        """Unbiased mean estimate: invert E[report | x] = alpha x + beta (beta = 0: the law is symmetric)."""
         mean = float(np.mean(self._reports(reports)))
-        beta = float(self._mean_given_value(0.0))
-        alpha = float(self._mean_given_value(1.0)) - beta
-        return (mean - beta) / alpha
+        return mean / self._alpha
 
     def report_variance(self, value: Any) -> Any:
         """Var of one *debiased* report given x, exact for the grid law."""
         x = np.asarray(value, dtype=np.float64)
-        n, m, pi = self.cells, self._window, self._inside
+        n, m, pi, out = self.cells, self._window, self._inside, self._outside
         target = (1.0 + x) / 2.0 * (n - m)
         base = np.floor(target)
         frac = target - base
 
-        def square_sum(lo: Any, hi: Any) -> Any:  # sum of (i + 1/2)^2 for i in [lo, hi)
-            def f(t: Any) -> Any:
-                return t**3 / 3 - t / 12  # sum_{i < t} (i + 1/2)^2 = t^3/3 - t/12
+        def conditional_variance(s: Any) -> Any:
+            # Var(cell | s) as a sum of non-negative terms (law of total variance), no cancellation:
+            # inside uniform on [s, s + M); outside uniform on [0, s) (a cells) and [s + M, N) (b cells).
+            a, b = s, n - s - m
+            mean_a, mean_b = a / 2, s + m + b / 2
+            var_out = (a * (a * a - 1) + b * (b * b - 1)) / 12 / (a + b) + a * b / (a + b) ** 2 * (mean_b - mean_a) ** 2
+            mean_in = s + m / 2
+            mean_out = (a * mean_a + b * mean_b) / (a + b)
+            return pi * (m * m - 1) / 12 + out * var_out + pi * out * (mean_in - mean_out) ** 2
 
-            return f(hi) - f(lo)
-
-        def second_moment(s: Any) -> Any:
-            inside = square_sum(s, s + m) / m
-            outside = (square_sum(0, n) - square_sum(s, s + m)) / (n - m)
-            return pi * inside + (1 - pi) * outside
-
-        def first_moment(s: Any) -> Any:
-            return self._slope_s * s + self._offset_s
-
-        e2 = (1 - frac) * second_moment(base) + frac * second_moment(base + 1)
-        e1 = (1 - frac) * first_moment(base) + frac * first_moment(base + 1)
-        variance_cells = e2 - e1 * e1
-        alpha = float(self._mean_given_value(1.0) - self._mean_given_value(0.0))
-        return variance_cells * self.grid_step**2 / alpha**2
+        # s is base or base + 1 (probabilities 1 - frac, frac) and E[cell | s] = slope s + offset.
+        variance_cells = (
+            (1 - frac) * conditional_variance(base)
+            + frac * conditional_variance(base + 1)
+            + frac * (1 - frac) * self._slope_s**2
+        )
+        return variance_cells * (2.0 / (self._slope_s * (n - m))) ** 2  # (grid_step / alpha)^2
 
     def continuous_variance(self, value: Any) -> Any:
         """The continuous PM's variance (Wang et al. 2019, Lemma 1), for comparison."""
         x = np.asarray(value, dtype=np.float64)
-        h = math.exp(self._epsilon / 2)
-        return x * x / (h - 1) + (h + 3) / (3 * (h - 1) ** 2)
+        # with h = e^(eps/2), u = 1/h: 1/(h - 1) = u/(1 - u), (h + 3)/(h - 1)^2 = u (1 + 3u)/(1 - u)^2
+        u = math.exp(-self._epsilon / 2)
+        inverse = u / -math.expm1(-self._epsilon / 2)
+        return x * x * inverse + (1 + 3 * u) * inverse / -math.expm1(-self._epsilon / 2) / 3

@@ -51,8 +51,10 @@ def samples_needed(queries: int, epsilon: float, tolerance: float, failure_proba
     eps = check_epsilon(epsilon)
     tau = check_probability("tolerance", tolerance, open_low=True)
     beta = check_probability("failure_probability", failure_probability, open_low=True, open_high=True)
-    width = (math.exp(eps) + 1) / math.expm1(eps)
-    return math.ceil(width * width * math.log(2 * queries / beta) / (2 * tau * tau))
+    width = 1.0 / math.tanh(eps / 2)  # (e^eps + 1)/(e^eps - 1), without overflow above eps ~ 709
+    needed = width * width * math.log(2 * queries / beta) / (2 * tau * tau)
+    # a relative margin of 1e-13 covers the few ulps of rounding above, so that m is never one short
+    return math.ceil(needed * (1.0 + 1e-13))
 
 
 def simulate_statistical_queries(
@@ -89,6 +91,7 @@ def simulate_statistical_queries(
         raise InvalidParameterError("data", rows.shape[0], f"needs at least t * m = {needed} rows")
     source = resolve_source(rng)
     keep = 1.0 / (1.0 + math.exp(-eps))
+    contrast = math.tanh(eps / 2)  # 2 keep - 1, without cancellation at small epsilon
     answers = np.empty(len(queries))
     for j, query in enumerate(queries):
         batch = rows[j * m : (j + 1) * m]
@@ -98,5 +101,5 @@ def simulate_statistical_queries(
         bits = bernoulli_dyadic(values, source)
         kept = bernoulli_keep(eps, 2, m, rng=source)
         reports = np.where(kept, bits, ~bits)
-        answers[j] = (np.mean(reports) - (1 - keep)) / (2 * keep - 1)
+        answers[j] = (np.mean(reports) - (1 - keep)) / contrast
     return StatisticalQueryAnswers(answers, m, needed, failure_probability)

@@ -79,6 +79,10 @@ def composition(
     if method not in COMPOSITION_METHODS:
         raise InvalidParameterError("method", method, f"must be one of {COMPOSITION_METHODS}")
     spread = math.sqrt(2.0 * steps * math.log(1.0 / dlt)) * eps0
+    if method in ("advanced", "privacy_at_risk") and eps0 > 700:  # e^epsilon0 overflows above ~709.78
+        raise InvalidParameterError(
+            "epsilon0", epsilon0, f"must be at most 700 for method={method!r} (e^epsilon0 overflows)"
+        )
     if method == "basic":
         return steps * eps0
     if method == "advanced":

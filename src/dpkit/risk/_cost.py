@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from dpkit._errors import InvalidParameterError
+import numpy as np
+
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_integer, check_positive
 from dpkit.risk._laplace import laplace_confidence
@@ -105,16 +106,22 @@ class CostModel:
         eps0 = check_epsilon(epsilon0, "epsilon0")
         k = check_integer("dimension", dimension, minimum=1)
         if k == 1:
-            low = 1e-300
-            cost0 = self.cost(eps0)
+            c = float(self.c)
 
-            def h(eps: float) -> float:
-                return math.expm1(eps) * self._derivative(eps) + self.cost(eps) - cost0
+            # h has the sign of g = ln(1 + h / (E e^(-c/eps0))) = c/eps0 - c/eps + ln(1 + (e^eps - 1) c/eps^2),
+            # which neither underflows (e^(-c/eps) for small eps or large c) nor overflows (e^eps).
+            def g(eps: float) -> float:
+                log_growth = eps + math.log(-math.expm1(-eps))  # ln(e^eps - 1)
+                return c / eps0 - c / eps + float(np.logaddexp(0.0, log_growth + math.log(c) - 2 * math.log(eps)))
 
-            if h(eps0) <= 0:  # cannot happen for E > 0 (h(eps0) > 0); kept as a guard
-                raise InvalidParameterError("epsilon0", epsilon0, "gives no interior optimum")
-            return float(optimize.brentq(h, low, eps0, xtol=1e-15, rtol=1e-13, maxiter=500))
+            low = eps0 / 2
+            while g(low) >= 0:  # g -> -inf as eps -> 0: at most ~1100 halvings
+                low /= 2
+            return float(optimize.brentq(g, low, eps0, xtol=1e-300, rtol=1e-15, maxiter=500))
         result = optimize.minimize_scalar(
-            lambda e: self.expected_budget(e, eps0, k), bounds=(1e-12, eps0), method="bounded", options={"xatol": 1e-10}
+            lambda e: self.expected_budget(e, eps0, k),
+            bounds=(eps0 * 1e-12, eps0),
+            method="bounded",
+            options={"xatol": eps0 * 1e-10},
         )
         return float(result.x)

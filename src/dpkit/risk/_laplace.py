@@ -84,6 +84,36 @@ def abs_laplace_sum_cdf(x: float, dimension: int) -> float:
     return min(1.0, max(0.0, value))
 
 
+def _mixture_weights(k: int) -> tuple[Any, Any]:
+    """The shapes k - j and weights C(k-1+j, j) 2^-(k-1+j) of F_k = sum_j w_j P(k - j, .)."""
+    j = np.arange(k, dtype=np.float64)
+    log_weights = (special.gammaln(k + j) - special.gammaln(j + 1.0) - special.gammaln(float(k))) - (
+        k - 1 + j
+    ) * math.log(2.0)
+    return k - j, np.exp(log_weights)
+
+
+def _abs_laplace_sum_mass(low: float, high: float, k: int) -> float:
+    """``P[low < |S_k| <= high]`` without cancellation (for the risk near 0 and 1)."""
+    shapes, weights = _mixture_weights(k)
+    lower_tail = float(np.sum(weights * special.gammainc(shapes, high)))
+    upper_tail = float(np.sum(weights * special.gammaincc(shapes, low)))
+    if lower_tail <= 0.5:  # F(high) - F(low), F(low) <= F(high) <= 1/2
+        below = float(np.sum(weights * special.gammainc(shapes, low)))
+        if below <= 0.5 * lower_tail:
+            return max(0.0, lower_tail - below)
+    else:  # S(low) - S(high)
+        above = float(np.sum(weights * special.gammaincc(shapes, high)))
+        if above <= 0.5 * upper_tail:
+            return max(0.0, upper_tail - above)
+    # low and high close: integrate the density (Gauss-Legendre, 40 nodes) over [low, high]
+    nodes, node_weights = np.polynomial.legendre.leggauss(40)
+    x = (high - low) / 2 * nodes + (high + low) / 2
+    log_density = (shapes[:, None] - 1) * np.log(x)[None, :] - x[None, :] - special.gammaln(shapes)[:, None]
+    density = np.sum(weights[:, None] * np.exp(log_density), axis=0)
+    return float((high - low) / 2 * np.sum(node_weights * density))
+
+
 def _check_pair(epsilon: Any, epsilon0: Any, dimension: Any) -> tuple[float, float, int]:
     eps = check_positive("epsilon", epsilon, allow_zero=True, allow_inf=True)
     eps0 = check_epsilon(epsilon0, "epsilon0")
@@ -127,7 +157,8 @@ def laplace_risk(epsilon: float, epsilon0: float, dimension: int = 1) -> float:
     if k == 1:
         # 1 - c_1 = (e^-eps - e^-eps0) / (1 - e^-eps0), computed without cancellation
         return max(0.0, math.exp(-eps) * -math.expm1(eps - eps0) / -math.expm1(-eps0))
-    return max(0.0, 1.0 - laplace_confidence(eps, eps0, k))
+    # 1 - c_k = P[eps < T <= eps0] / F_k(eps0), without the cancellation of 1 - c_k near c_k = 1
+    return min(1.0, _abs_laplace_sum_mass(eps, eps0, k) / abs_laplace_sum_cdf(eps0, k))
 
 
 def epsilon_at_risk(risk: float, epsilon0: float, dimension: int = 1) -> float:
@@ -149,10 +180,35 @@ def epsilon_at_risk(risk: float, epsilon0: float, dimension: int = 1) -> float:
         return eps0
     if gamma == 1.0:
         return 0.0
+    target = 1.0 - gamma  # exact for gamma >= 1/2, where it is used
     if k == 1:
-        return min(eps0, -math.log1p((1.0 - gamma) * math.expm1(-eps0)))
-    target = 1.0 - gamma
-    root = optimize.brentq(
-        lambda e: laplace_confidence(e, eps0, k) - target, 0.0, eps0, xtol=1e-14, rtol=1e-14, maxiter=500
-    )
-    return float(root)
+        tail = gamma * -math.expm1(-eps0) + math.exp(-eps0)  # e^-eps, accurate for small gamma
+        if tail < 0.5:  # eps > ln 2: -ln(tail) keeps gamma's digits (1 - gamma would lose them)
+            root = min(eps0, -math.log(tail))
+        else:
+            root = min(eps0, -math.log1p((1.0 - gamma) * math.expm1(-eps0)))
+    else:
+        # root of the smaller of risk and confidence (each accurate near 0), to full relative precision
+        root = float(
+            optimize.brentq(
+                lambda e: laplace_risk(e, eps0, k) - gamma if gamma < 0.5 else target - laplace_confidence(e, eps0, k),
+                0.0,
+                eps0,
+                xtol=1e-300,
+                rtol=1e-15,
+                maxiter=2000,
+            )
+        )
+
+    def holds(e: float) -> bool:  # risk(e) <= gamma in the accurate form, with a margin for its rounding
+        if gamma < 0.5:
+            return laplace_risk(e, eps0, k) <= gamma * (1.0 - 1e-13)
+        return laplace_confidence(e, eps0, k) >= target * (1.0 + 1e-13)
+
+    # the returned epsilon must have risk <= gamma: step up (by doubling steps) past the rounding
+    step = math.ulp(root) if root > 0 else 5e-324
+    for _ in range(200):
+        if root >= eps0 or holds(root):
+            break
+        root, step = root + step, 2 * step
+    return min(root, eps0)

@@ -59,7 +59,8 @@ def dkw_sample_size(rho: float, alpha: float) -> int:
     """
     r = check_probability("rho", rho, open_low=True, open_high=True)
     a = check_probability("alpha", alpha, open_low=True, open_high=True)
-    n = math.ceil(math.log(2.0 / (1.0 - a)) / (2.0 * r * r))
+    # a relative margin of 1e-13 covers the rounding of the quotient: n is never one short
+    n = math.ceil(math.log(2.0 / (1.0 - a)) / (2.0 * r * r) * (1.0 + 1e-13))
     return max(1, n)
 
 
@@ -71,7 +72,11 @@ def dkw_confidence(n: int, rho: float) -> float:
     """
     size = check_integer("n", n, minimum=1)
     r = check_probability("rho", rho, open_low=True, open_high=True)
-    return max(0.0, 1.0 - 2.0 * math.exp(-2.0 * size * r * r))
+    # rounded down (a confidence is a lower bound): the exponent is shrunk by a relative 1e-15, more
+    # than its rounding and exp's, and the difference is stepped one ulp towards 0 (1.0, when
+    # 2 e^{-2 n rho^2} < 2^-54, is kept: alpha = 1 is allowed for large n)
+    value = 1.0 - 2.0 * math.exp(-2.0 * size * r * r * (1.0 - 1e-15))
+    return max(0.0, value if value == 1.0 else math.nextafter(value, -math.inf))
 
 
 @dataclass(frozen=True)

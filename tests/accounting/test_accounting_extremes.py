@@ -26,7 +26,12 @@ from dpkit.accounting import (
 )
 from dpkit.accounting._rdp import discrete_laplace_rdp, poisson_sampled_gaussian_rdp
 
-mpmath.mp.dps = 50
+
+@pytest.fixture(autouse=True)
+def _precision():
+    """50 digits for every reference here, whatever other tests left in mpmath's global context."""
+    with mpmath.workdps(50):
+        yield
 
 
 def _gdp_delta(mu: float, epsilon: float) -> mpmath.mpf:

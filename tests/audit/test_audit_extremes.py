@@ -12,7 +12,14 @@ from dpkit.audit import estimate_epsilon
 from dpkit.audit._estimate import _cp_lower, _cp_upper
 from dpkit.noise import InsecureSeededRandom
 
-mpmath.mp.dps = 60
+
+@pytest.fixture(autouse=True)
+def _precision():
+    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
+    with mpmath.workdps(60):
+        yield
+
+
 LEVELS = [0.25, 1e-3, 1e-6, 5e-13]
 
 

@@ -12,7 +12,12 @@ from dpkit import ZCDP, ApproxDP, ApproxZCDP, InvalidParameterError, NeighbourRe
 from dpkit.events import ComposedEvent, GaussianEvent, LaplaceEvent, PureDPEvent
 from dpkit.guarantees._guarantees import float_at_most
 
-mpmath.mp.dps = 60
+
+@pytest.fixture(autouse=True)
+def _precision():
+    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
+    with mpmath.workdps(60):
+        yield
 
 
 def _mp(value: Fraction) -> mpmath.mpf:

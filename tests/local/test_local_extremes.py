@@ -22,7 +22,14 @@ from dpkit.local import (
     samples_needed,
 )
 
-mp.mp.dps = 60
+
+@pytest.fixture(autouse=True)
+def _precision():
+    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
+    with mp.workdps(60):
+        yield
+
+
 pytestmark = pytest.mark.filterwarnings("ignore::dpkit.PrivacyWarning")
 
 

@@ -17,7 +17,12 @@ from dpkit.risk import (
     laplace_risk,
 )
 
-mp.mp.dps = 60
+
+@pytest.fixture(autouse=True)
+def _precision():
+    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
+    with mp.workdps(60):
+        yield
 
 
 def _weights(k):

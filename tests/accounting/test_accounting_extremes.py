@@ -10,6 +10,7 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from mp_precision import precision
 
 from dpkit._errors import UnsupportedEventError
 from dpkit.accounting import (
@@ -26,12 +27,7 @@ from dpkit.accounting import (
 )
 from dpkit.accounting._rdp import discrete_laplace_rdp, poisson_sampled_gaussian_rdp
 
-
-@pytest.fixture(autouse=True)
-def _precision():
-    """50 digits for every reference here, whatever other tests left in mpmath's global context."""
-    with mpmath.workdps(50):
-        yield
+_precision = precision(50)
 
 
 def _gdp_delta(mu: float, epsilon: float) -> mpmath.mpf:

@@ -7,17 +7,13 @@ import math
 import mpmath
 import numpy as np
 import pytest
+from mp_precision import precision
 
 from dpkit.audit import estimate_epsilon
 from dpkit.audit._estimate import _cp_lower, _cp_upper
 from dpkit.noise import InsecureSeededRandom
 
-
-@pytest.fixture(autouse=True)
-def _precision():
-    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
-    with mpmath.workdps(60):
-        yield
+_precision = precision(60)
 
 
 LEVELS = [0.25, 1e-3, 1e-6, 5e-13]

@@ -7,17 +7,13 @@ from fractions import Fraction
 
 import mpmath
 import pytest
+from mp_precision import precision
 
 from dpkit import ZCDP, ApproxDP, ApproxZCDP, InvalidParameterError, NeighbourRelation, PureDP
 from dpkit.events import ComposedEvent, GaussianEvent, LaplaceEvent, PureDPEvent
 from dpkit.guarantees._guarantees import float_at_most
 
-
-@pytest.fixture(autouse=True)
-def _precision():
-    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
-    with mpmath.workdps(60):
-        yield
+_precision = precision(60)
 
 
 def _mp(value: Fraction) -> mpmath.mpf:

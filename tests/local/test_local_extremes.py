@@ -6,6 +6,7 @@ import warnings
 import mpmath as mp
 import numpy as np
 import pytest
+from mp_precision import precision
 
 from dpkit import InvalidParameterError
 from dpkit.local import (
@@ -22,12 +23,7 @@ from dpkit.local import (
     samples_needed,
 )
 
-
-@pytest.fixture(autouse=True)
-def _precision():
-    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
-    with mp.workdps(60):
-        yield
+_precision = precision(60)
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::dpkit.PrivacyWarning")

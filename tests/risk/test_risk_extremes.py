@@ -5,6 +5,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from mp_precision import precision
 
 from dpkit import InvalidParameterError
 from dpkit.risk import (
@@ -17,12 +18,7 @@ from dpkit.risk import (
     laplace_risk,
 )
 
-
-@pytest.fixture(autouse=True)
-def _precision():
-    """60 digits for every reference here, whatever other tests left in mpmath's global context."""
-    with mp.workdps(60):
-        yield
+_precision = precision(60)
 
 
 def _weights(k):

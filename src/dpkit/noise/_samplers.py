@@ -145,10 +145,19 @@ def geometric(
     return _count_thresholds(words, t, 0.0, threshold, None if constant_time else source)
 
 
+def _log_discrete_laplace_c(t: float) -> float:
+    """ln c for c = 2 / (1 + e^{-1/t}), to full relative accuracy: -log1p(expm1(-1/t) / 2).
+
+    ln 2 - log1p(e^{-1/t}) subtracts two numbers near ln 2 and kept only ~1e-16 absolute of a
+    result ~1/(2t): at t = 1e12 the count t (ln c - ln U) was off by ~1e-4, far outside the
+    sampler's margin, so draws near a threshold took the wrong float answer (law error ~2e-10
+    per draw at t = 2^30, ~2e-7 near MAX_SCALE).
+    """
+    return -math.log1p(math.expm1(-1.0 / t) / 2.0)
+
+
 def _discrete_laplace_constant(t: float) -> tuple[float, Fraction]:
-    # c = 2 / (1 + e^{-1/t}); ln c via log1p/expm1 keeps full relative accuracy.
-    log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / t))
-    return log_c, Fraction(t)
+    return _log_discrete_laplace_c(t), Fraction(t)
 
 
 def discrete_laplace(
@@ -427,7 +436,7 @@ def constant_time_tv_bound(scale: float, kind: str = "discrete_laplace") -> floa
         log_c = 0.0
     else:
         laplace_scale = float(math.floor(t) + 1) if kind == "discrete_gaussian" else t
-        log_c = math.log(2.0) - math.log1p(math.exp(-1.0 / laplace_scale))
+        log_c = _log_discrete_laplace_c(laplace_scale)
         t = laplace_scale
     window = _REL_MARGIN * t * (abs(log_c) + 40 * math.log(2.0))
     per_draw = tail + 2 * window * math.exp(log_c) * math.exp(window / t) * (1 + 1 / t)

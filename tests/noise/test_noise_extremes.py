@@ -358,23 +358,56 @@ def test_discrete_laplace_sends_a_draw_next_to_a_threshold_to_the_exact_path():
     """t = 1.09e12, a first word whose 53-bit prefix straddles the threshold c q (the exact count y of
     the prefix's interval is [0.99991, 1.00003]): with all-zero continuation bits U is below c q, so
     |X| = 1. The cancelled ln c gave float y [0.99978, 0.99991] and answered 0 with no exact check."""
-    import numpy as np
 
-    from dpkit.noise import InsecureSeededRandom, discrete_laplace
-
-    class Scripted:
-        """The listed 64-bit words first, then zeros (a test source)."""
-
-        secure = False
-
-        def __init__(self, words):
-            self._words = [np.uint64(w) for w in words]
-            self._rest = InsecureSeededRandom(0)
-
-        def uint64(self, size):
-            head, self._words = self._words[:size], self._words[size:]
-            return np.concatenate([np.array(head, dtype=np.uint64), np.zeros(size - len(head), dtype=np.uint64)])
+    from dpkit.noise import discrete_laplace
 
     word = (9007199254736860 << 11) | 0  # sign bit 0
-    value = discrete_laplace(1089998810988.2351, 1, rng=Scripted([word]))
+    value = discrete_laplace(1089998810988.2351, 1, rng=_Scripted([word], then_zeros=True))
     assert abs(int(value[0])) == 1
+
+
+class _Scripted:
+    """A test source: the listed 64-bit words first, then zeros or a seeded stream."""
+
+    secure = False
+
+    def __init__(self, words, *, then_zeros=False):
+        self._words = [np.uint64(w) for w in words]
+        self._zeros = then_zeros
+        self._rest = InsecureSeededRandom(0)
+
+    def uint64(self, size):
+        head, self._words = self._words[:size], self._words[size:]
+        tail = np.zeros(size - len(head), dtype=np.uint64) if self._zeros else self._rest.uint64(size - len(head))
+        return np.concatenate([np.array(head, dtype=np.uint64), tail])
+
+
+@pytest.mark.parametrize(
+    ("sampler", "scale", "most"),
+    [
+        ("geometric", 1e3, 40),
+        ("geometric", 1e9, 80),
+        ("discrete_laplace", 1e9, 80),
+        ("discrete_laplace", 1e-300, 2),
+        ("geometric", 1e-300, 2),
+        ("bernoulli_exp", 1e300, 2),
+        ("bernoulli_exp", 1e8, 2),
+    ],
+)
+def test_a_zero_53_bit_prefix_is_decided_in_few_exact_comparisons(sampler, scale, most, monkeypatch):
+    """U's first 53 bits all zero (probability 2^-53): the exact path must not scan linearly (37,000
+    comparisons at scale 1e3, a hang at 1e9) nor convert e^-(10^300) to a Fraction (a hang at scale
+    1e-300, or bernoulli_exp(1e300)). Counts the exact threshold evaluations."""
+    from dpkit.noise import _samplers
+
+    calls = [0]
+    original = _samplers.exp_neg_interval
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(_samplers, "exp_neg_interval", counted)
+    function = getattr(_samplers, sampler)
+    function(scale, 1, rng=_Scripted([0]))
+    assert calls[0] <= most, calls[0]

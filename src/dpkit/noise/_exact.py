@@ -58,6 +58,12 @@ class LazyUniform:
 _LOCK = threading.Lock()
 
 
+def _below(raw: tuple[int, int, int, int], precision: int) -> bool:
+    """Whether a non-negative mpf (sign, mantissa, exponent, bits) is below 2^-precision."""
+    sign, mantissa, exponent, bits = raw
+    return not sign and (mantissa == 0 or int(exponent) + int(bits) < -precision)
+
+
 def _mpf_tuple_to_fraction(raw: tuple[int, int, int, int]) -> Fraction:
     sign, mantissa, exponent, _bits = raw
     value = Fraction(int(mantissa)) * (Fraction(2) ** int(exponent))
@@ -84,7 +90,14 @@ def exp_neg_interval(x: Fraction, factor: Fraction = Fraction(1), divisor_exp_ne
                 low, high = value._mpi_
             finally:
                 iv.prec = saved
-        return _mpf_tuple_to_fraction(low), _mpf_tuple_to_fraction(high)
+        # An endpoint below 2^-precision is replaced by a coarser bound on the safe side (0 for the
+        # lower, 2^-precision for the upper): comparisons with a U known to ``precision - 64`` bits
+        # cannot tell them apart, and converting e^-(10^300) exactly would not finish.
+        tiny = Fraction(1, 1 << precision)
+        return (
+            Fraction(0) if _below(low, precision) else _mpf_tuple_to_fraction(low),
+            tiny if _below(high, precision) else _mpf_tuple_to_fraction(high),
+        )
 
     return interval
 

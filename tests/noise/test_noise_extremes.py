@@ -411,3 +411,15 @@ def test_a_zero_53_bit_prefix_is_decided_in_few_exact_comparisons(sampler, scale
     function = getattr(_samplers, sampler)
     function(scale, 1, rng=_Scripted([0]))
     assert calls[0] <= most, calls[0]
+
+
+def test_constant_time_draws_with_a_zero_prefix_stay_in_the_support():
+    """Constant-time mode reads U from two words (53 + 53 bits). With the first prefix 0 the count
+    must come from the second word (U = s 2^-106: 143 at scale 2 for s = 5, i.e. floor(2 (106 ln 2 -
+    ln 5))); with both 0 it must be capped, not cast from infinity to INT64_MIN (a negative sample)."""
+    from dpkit.noise import discrete_laplace, geometric
+
+    assert geometric(2.0, 1, rng=_Scripted([0, 5 << 11], then_zeros=True), constant_time=True)[0] == 143
+    for sampler in (geometric, discrete_laplace):
+        value = int(sampler(2.0, 1, rng=_Scripted([0, 0], then_zeros=True), constant_time=True)[0])
+        assert 0 <= value <= 2**62

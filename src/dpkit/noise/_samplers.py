@@ -48,6 +48,8 @@ __all__ = [
 MAX_SCALE = 2.0**40
 # 64 x the worst-case relative error of log, subtraction and product in float64 (about 2^-50).
 _REL_MARGIN = 2.0**-44
+#: Largest count a constant-time draw returns (its float count is infinite only when U = 0 to 106 bits).
+_MAX_COUNT = float(2**62)
 _TWO_M53 = 2.0**-53
 _BATCH = 1 << 20
 _TWO_64 = 1 << 64
@@ -72,8 +74,14 @@ def _refined_log_uniform(words: NDArray[np.uint64]) -> NDArray[np.float64]:
     half = words.size // 2
     high = (words[:half] >> np.uint64(11)).astype(np.float64)
     low = (words[half:] >> np.uint64(11)).astype(np.float64) * _TWO_M53
+    if not half:
+        return np.empty(0)
     with np.errstate(divide="ignore"):
-        return np.log(high * _TWO_M53) + np.log1p(low / np.maximum(high, 1.0)) if half else np.empty(0)
+        # r = 0 (probability 2^-53): U = s 2^-106, so ln U comes from s alone (ln 0 = -inf only
+        # when s = 0 too, probability 2^-106; the count is then capped by the caller).
+        return np.where(
+            high > 0, np.log(high * _TWO_M53) + np.log1p(low / np.maximum(high, 1.0)), np.log(low * _TWO_M53)
+        )
 
 
 def _uniform_logs(words: NDArray[np.uint64]) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
@@ -104,7 +112,9 @@ def _count_thresholds(
     """
     if source is None:
         log_u = _refined_log_uniform(words)
-        return np.maximum(np.floor(scale * (log_c - log_u)), 0.0).astype(np.int64)
+        # Capped below 2^62 before the cast: an infinite count (U = 0 to 106 bits) cast to int64
+        # gave INT64_MIN, a negative "geometric" sample.
+        return np.minimum(np.maximum(np.floor(scale * (log_c - log_u)), 0.0), _MAX_COUNT).astype(np.int64)
     prefix, log_low, log_high = _uniform_logs(words)
     y_low = scale * (log_c - log_high)
     y_high = scale * (log_c - log_low)

@@ -423,3 +423,11 @@ def test_constant_time_draws_with_a_zero_prefix_stay_in_the_support():
     for sampler in (geometric, discrete_laplace):
         value = int(sampler(2.0, 1, rng=_Scripted([0, 0], then_zeros=True), constant_time=True)[0])
         assert 0 <= value <= 2**62
+
+
+def test_grid_exponent_accepts_the_smallest_noise_scales():
+    """noise_scale / 2^30 underflows to 0 below ~5e-315; log2(0) raised a bare ValueError."""
+    from dpkit.noise import grid_exponent
+
+    assert grid_exponent(1.0, 5e-324) == grid_exponent(1.0, 1.0)  # the sensitivity's grid decides
+    assert grid_exponent(1e-300, 5e-324) == math.floor(math.log2(1e-300)) - 20

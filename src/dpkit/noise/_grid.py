@@ -38,7 +38,9 @@ def grid_exponent(sensitivity: float, noise_scale: float, dimension: int = 1, *,
     d = check_integer("dimension", dimension, minimum=1)
     share = sens / (d if norm == 1 else math.sqrt(d))
     k = math.floor(math.log2(share)) - _GRID_BITS
-    return max(k, math.ceil(math.log2(scale / _MAX_NOISE_UNITS)))
+    ratio = scale / _MAX_NOISE_UNITS  # exact unless it underflows (a noise scale below ~5e-315)
+    coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(_MAX_NOISE_UNITS))
+    return max(k, coarse)
 
 
 def snap_to_grid(values: NDArray[np.float64], exponent: int) -> NDArray[np.float64]:

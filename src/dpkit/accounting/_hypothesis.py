@@ -22,7 +22,6 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-import mpmath
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
@@ -30,9 +29,11 @@ from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_delta, check_positive
 from dpkit.events import GaussianEvent, LaplaceEvent
+from dpkit.mechanisms.gaussian import _balle_wang_delta
 
 optimize = LazyModule("scipy.optimize")
 special = LazyModule("scipy.special")
+mpmath = LazyModule("mpmath")
 
 __all__ = [
     "gaussian_delta",
@@ -148,7 +149,7 @@ def gaussian_delta(mu: float, epsilon: ArrayLike) -> Any:
     """
     m = check_positive("mu", mu)
     eps = _check_epsilons(epsilon)
-    delta = np.array([_exact_gaussian_delta(m, float(e)) for e in eps.ravel()], dtype=np.float64)
+    delta = np.array([float(_mp_gaussian_delta(m, float(e))) for e in eps.ravel()], dtype=np.float64)
     return _out(delta.reshape(eps.shape))
 
 
@@ -158,15 +159,9 @@ _GAUSSIAN_DPS = 60
 
 
 def _mp_gaussian_delta(mu: float, epsilon: float) -> Any:
-    """delta(epsilon) of mu-GDP as an mpmath number at ``_GAUSSIAN_DPS`` digits (no underflow)."""
-    with mpmath.workdps(_GAUSSIAN_DPS + max(0, int(-math.log10(mu)))):
-        m, e = mpmath.mpf(mu), mpmath.mpf(epsilon)
-        value = mpmath.ncdf(-e / m + m / 2) - mpmath.exp(e) * mpmath.ncdf(-e / m - m / 2)
-        return value if value > 0 else mpmath.mpf(0)
-
-
-def _exact_gaussian_delta(mu: float, epsilon: float) -> float:
-    return max(float(_mp_gaussian_delta(mu, epsilon)), 0.0)
+    """delta(epsilon) of mu-GDP as an mpmath number at ``_GAUSSIAN_DPS`` digits (no underflow):
+    the Gaussian mechanism's profile with sigma = 1 and sensitivity mu."""
+    return _balle_wang_delta(1.0, mu, epsilon, _GAUSSIAN_DPS + max(0, int(-math.log10(mu))))
 
 
 def _log_gaussian_delta(mu: float, epsilon: float) -> float:

@@ -16,7 +16,6 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
-import mpmath
 import numpy as np
 from numpy.typing import NDArray
 
@@ -40,6 +39,7 @@ from dpkit.events import (
 from dpkit.guarantees import NeighbourRelation
 
 special = LazyModule("scipy.special")
+mpmath = LazyModule("mpmath")
 
 __all__ = ["RDPAccountant"]
 

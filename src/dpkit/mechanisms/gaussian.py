@@ -96,10 +96,17 @@ def analytic_gaussian_delta(sigma: float, sensitivity: float, epsilon: float) ->
         return math.exp(log_first) * -math.expm1(-gap)
     # Cancellation: about log10(1 / gap) digits are lost; work with 40 more than that.
     digits = 40 + int(-math.log10(max(abs(gap), 1e-300)))
-    with mpmath.workdps(min(digits, 400)):
-        ms, md, me = mpmath.mpf(s), mpmath.mpf(d), mpmath.mpf(e)
-        value = mpmath.ncdf(md / (2 * ms) - me * ms / md) - mpmath.exp(me) * mpmath.ncdf(-md / (2 * ms) - me * ms / md)
-        return max(0.0, float(value))
+    return float(_balle_wang_delta(s, d, e, min(digits, 400)))
+
+
+def _balle_wang_delta(sigma: float, sensitivity: float, epsilon: float, digits: int) -> Any:
+    """Balle & Wang's delta(epsilon) (see :func:`analytic_gaussian_delta`) as an mpmath number at ``digits``
+    digits, clamped at 0: for where the two terms cancel in double precision (also used by
+    ``dpkit.accounting``'s mu-GDP profile, with sigma = 1 and sensitivity = mu)."""
+    with mpmath.workdps(digits):
+        s, d, e = mpmath.mpf(sigma), mpmath.mpf(sensitivity), mpmath.mpf(epsilon)
+        value = mpmath.ncdf(d / (2 * s) - e * s / d) - mpmath.exp(e) * mpmath.ncdf(-d / (2 * s) - e * s / d)
+        return value if value > 0 else mpmath.mpf(0)
 
 
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:

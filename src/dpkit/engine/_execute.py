@@ -372,19 +372,15 @@ def _in_key_order(keys: list[tuple[Any, ...]], indices: list[int]) -> list[int]:
     NULL, that order is the keys' own tuple order, which sorts several times faster.
     """
     chosen = [keys[i] for i in indices]
-    if chosen:
-        plain = True
-        for column in zip(*chosen, strict=True):
-            kind = type(column[0])
-            if kind not in (int, str, float) or any(type(v) is not kind for v in column):
-                plain = False
-                break
-            if kind is float and any(v != v for v in column):  # NaN
-                plain = False
-                break
-        if plain:
-            return [i for _, i in sorted(zip(chosen, indices, strict=True))]
+    if chosen and all(_plain(column) for column in zip(*chosen, strict=True)):
+        return [i for _, i in sorted(zip(chosen, indices, strict=True))]
     return sorted(indices, key=lambda i: _sort_key(keys[i]))
+
+
+def _plain(column: tuple[Any, ...]) -> bool:
+    """Values all of one type among int, str and float, with no NaN (so ``<`` orders them totally)."""
+    kind = type(column[0])
+    return kind in (int, str, float) and all(type(v) is kind and v == v for v in column)
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:

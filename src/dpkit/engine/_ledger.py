@@ -660,9 +660,7 @@ class Ledger:
 
     def can_afford(self, cost: Guarantee) -> bool:
         """Whether :meth:`reserve` would accept ``cost`` now (a dry run: nothing is recorded)."""
-        charge = _charge(cost, self.budget)
-        position = self._transaction(self._check_tail, immediate=False)
-        return _within(_add(position.totals, charge), self.budget)
+        return self.remaining_after(cost) is not None
 
     def remaining_after(self, cost: Guarantee) -> Guarantee | None:
         """What :attr:`remaining` would be after debiting ``cost`` now, or None if it does not fit.

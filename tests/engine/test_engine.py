@@ -179,6 +179,50 @@ def test_quantile_accuracy_is_stated_in_ranks(people):
     assert abs(below - ages.size / 2) <= entry["rank_half_width"] + one_bin
 
 
+def test_quantile_scores_use_exactly_rounded_totals():
+    """The batched quantile path scores every group as -|weight below - level * fsum(weights)|.
+
+    Rows of multiples of 2^-WEIGHT_BITS take the exact running sum; other rows (and totals too
+    large for it) fall back to math.fsum. Catches a total that is merely the float sum.
+    """
+    from dpkit.engine._execute import _quantiles
+
+    seen = []
+
+    class Recorder:
+        def select_rows(self, candidates, scores, rng):
+            seen.append(np.array(scores))
+            return [0.0] * len(scores)
+
+    unit = 2.0**-20
+    rows = np.array(
+        [
+            [3 * unit, 0.0, 5.0, 2.0**20, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # multiples of 2^-20: exact running sum
+            [0.1] * 10,  # not multiples: the float sum is 0.9999999999999999, fsum 1.0
+            [
+                0.5,
+                2.0**53,
+                0.5,
+                0.5,
+                0.5,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+                0.0,
+            ],  # multiples, total beyond 2^33: float 2^53, fsum 2^53 + 2
+        ]
+    )
+    assert [float(np.cumsum(row)[-1]) == math.fsum(row) for row in rows] == [True, False, False]
+    candidates = [float(j) for j in range(11)]
+    assert _quantiles(Recorder(), candidates, rows, [0.5, 0.9], rng=None) == [[0.0] * 3, [0.0] * 3]
+    for level, scores in zip([0.5, 0.9], seen, strict=True):
+        for row, got in zip(rows, scores, strict=True):
+            below = [0.0, *np.cumsum(row).tolist()]  # running sums, as the release computes them
+            expected = [-abs(b - level * math.fsum(row)) for b in below]
+            assert got.tolist() == expected
+
+
 def test_auto_bounds_are_charged_and_reported(people):
     s = session(people)
     result = s.table().agg(m=E.mean("income", bounds="auto")).release(epsilon=1.0, rng=InsecureSeededRandom(2))

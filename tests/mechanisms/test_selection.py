@@ -217,6 +217,65 @@ def test_exponential_goodness_of_fit():
     assert chi_square_ok(counts, probabilities) > FALSE_POSITIVE_RATE
 
 
+# Score vectors for the row sampler: flat (acceptance near 1), peaked (acceptance near 1 / n, so
+# rows need many proposals and some need a second round) and in between.
+ROW_SCORES = np.array(
+    [
+        [0.0, 0.1, 0.2, 0.0, 0.1, 0.0],
+        [0.0, 0.0, 30.0, 0.0, 29.0, 0.0],
+        [0.0, 1.5, 3.0, -2.0, 2.9, 1.0],
+    ]
+)
+
+
+@pytest.mark.statistical
+@pytest.mark.parametrize("round_proposals", [None, 7])
+def test_exponential_release_rows_law_and_independence(monkeypatch, round_proposals):
+    """Each row has exactly the law of release() on it, and consecutive rows are independent.
+
+    ``round_proposals=7`` forces rounds smaller than one row's proposals, so rows are split over
+    many rounds and carried to the next: the law must not change.
+    """
+    from dpkit.mechanisms import exponential
+
+    if round_proposals is not None:
+        monkeypatch.setattr(exponential, "_ROUND_PROPOSALS", round_proposals)
+    mechanism = Exponential(1.0, 1.0)
+    repeats = 12_000 if round_proposals is None else 3_000
+    rows = np.tile(ROW_SCORES, (repeats, 1))  # row i has the scores ROW_SCORES[i % 3]
+    draws = np.array(mechanism.release_rows(rows, rng=InsecureSeededRandom(21 + (round_proposals or 0))))
+    assert draws.shape == (rows.shape[0],)
+    n = ROW_SCORES.shape[1]
+    laws = [mechanism.probabilities(scores) for scores in ROW_SCORES]
+    checks = len(ROW_SCORES) + 1
+    for which, law in enumerate(laws):
+        counts = np.bincount(draws[which::3], minlength=n)
+        assert chi_square_ok(counts, law) > FALSE_POSITIVE_RATE / checks
+    # Independence: the pair (flat row, in-between row) of each triple against the product law.
+    pairs = draws[0::3] * n + draws[2::3]
+    joint = np.outer(laws[0], laws[2]).ravel()
+    assert chi_square_ok(np.bincount(pairs, minlength=n * n), joint) > FALSE_POSITIVE_RATE / checks
+
+
+def test_exponential_release_rows_labels_validation_and_no_rows():
+    mechanism = Exponential(1.0, 1.0, candidates=["low", "high", "mid"])
+    rows = [[0.0, 40.0, 10.0], [40.0, 0.0, 10.0], [0.0, 10.0, 40.0]]
+    assert mechanism.release_rows(rows, rng=InsecureSeededRandom(3)) == ["high", "low", "mid"]
+    assert mechanism.release_rows(np.zeros((0, 3)), rng=ExplodingSource()) == []
+    bad = [
+        [0.0, 1.0, 2.0],  # 1-D
+        [[0.0, 1.0]],  # not one score per candidate
+        [[0.0, 1.0, float("nan")]],
+        [[0.0, 1.0, None]],
+        np.zeros((2, 0)),
+        [[2**60, 1, 0]],
+        None,
+    ]
+    for scores in bad:
+        with pytest.raises(InvalidParameterError, match="scores"):
+            mechanism.release_rows(scores, rng=ExplodingSource())
+
+
 def test_exponential_returns_labels_and_prefers_the_best():
     mechanism = Exponential(1.0, 1.0, candidates=["low", "high", "mid"])
     rng = InsecureSeededRandom(3)

@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, check_probability
 from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
@@ -438,11 +441,12 @@ class SelectionNoise:
     def rho_spent(self) -> Fraction:
         return as_fraction(self.epsilon) ** 2 / 8 * self.count
 
-    def select(self, candidates: list[float], scores: list[float], rng: RandomSource) -> float:
+    def select_rows(self, candidates: list[float], scores: NDArray[np.float64], rng: RandomSource) -> list[float]:
+        """One independent selection among ``candidates`` per row of ``scores`` (one row per group)."""
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", PrivacyWarning)
             mechanism = Exponential(self.sensitivity, self.epsilon, candidates=candidates)
-        return float(mechanism.release(scores, rng=rng))
+        return [float(value) for value in mechanism.release_rows(scores, rng=rng)]
 
     @property
     def scale(self) -> float:

@@ -8,7 +8,7 @@ and counts, counts rounded to non-negative integers, confidence intervals) costs
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,8 @@ from dpkit.noise import RandomSource
 __all__ = ["Released", "execute"]
 
 _WEIGHT = float(2**Histogram.WEIGHT_BITS)
+#: Groups whose quantiles are drawn together (their bin weights: 8 MiB).
+_QUANTILE_BLOCK = 1024
 
 
 class Released:
@@ -68,8 +70,7 @@ def _auto_bounds(
     assert isinstance(mechanism, SelectionNoise)
     low_level, high_level = compiled.levels(statistic)
     candidates = auto_bound_candidates(splits)
-    low = _quantile(mechanism, candidates, weights, low_level, rng)
-    high = _quantile(mechanism, candidates, weights, high_level, rng)
+    [low], [high] = _quantiles(mechanism, candidates, weights, [low_level, high_level], rng)
     return widen(low, high, candidates)
 
 
@@ -95,27 +96,39 @@ def widen(low: float, high: float, candidates: list[float]) -> tuple[float, floa
     return (max(c for c in candidates if c < low), low)
 
 
-def _bin_weights(counts: Mapping[int, int]) -> NDArray[np.float64]:
-    """The weight of each of the QUANTILE_BINS bins (weighted counts are integers in 2^-WEIGHT_BITS units)."""
-    weights = np.zeros(QUANTILE_BINS, dtype=np.float64)
-    if counts:
-        weights[np.fromiter(counts.keys(), dtype=np.int64)] = np.fromiter(counts.values(), dtype=np.float64)
+def _bin_weights(histograms: Sequence[Mapping[int, int]]) -> NDArray[np.float64]:
+    """One row per group: the weight of each of the QUANTILE_BINS bins (counts in 2^-WEIGHT_BITS units)."""
+    weights = np.zeros((len(histograms), QUANTILE_BINS), dtype=np.float64)
+    for row, counts in zip(weights, histograms, strict=True):
+        if counts:
+            row[np.fromiter(counts.keys(), dtype=np.int64)] = np.fromiter(counts.values(), dtype=np.float64)
     return weights / _WEIGHT
 
 
-def _quantile(
+def _quantiles(
     mechanism: SelectionNoise,
     candidates: list[float],
-    weights: list[float] | NDArray[np.float64],
-    level: float,
+    weights: Sequence[float] | NDArray[np.float64],
+    levels: Sequence[float],
     rng: RandomSource,
-) -> float:
-    """Exponential mechanism over split points: score of a split = -|(weight below it) - level * total|."""
-    total = math.fsum(weights)
+) -> list[list[float]]:
+    """Exponential mechanism over split points: for each level, one selection per row of ``weights``.
+
+    Each row is one group's histogram; the score of a split is -|(weight below it) - level * total|.
+    """
+    rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
     # Running sums left to right (np.cumsum adds sequentially, as a Python loop would).
-    below = np.concatenate(([0.0], np.cumsum(np.asarray(weights, dtype=np.float64))))[: len(candidates)]
-    scores = -np.abs(below - level * total)
-    return mechanism.select(candidates, scores.tolist(), rng)
+    running = np.cumsum(rows, axis=1)
+    below = np.concatenate((np.zeros((len(rows), 1)), running), axis=1)[:, : len(candidates)]
+    # The totals are the exactly rounded sums (math.fsum). Weighted counts are non-negative
+    # multiples of 2^-WEIGHT_BITS, so while a row's total stays below 2^(53 - WEIGHT_BITS) every
+    # running sum is exact and the last one is that total; other rows are summed with fsum.
+    totals = running[:, -1].copy()
+    units = np.ldexp(rows, Histogram.WEIGHT_BITS)
+    exact = np.all((units == np.rint(units)) & (rows >= 0), axis=1) & (totals < 2.0 ** (53 - Histogram.WEIGHT_BITS))
+    for row in np.flatnonzero(~exact):
+        totals[row] = math.fsum(rows[row].tolist())
+    return [mechanism.select_rows(candidates, -np.abs(below - level * totals[:, None]), rng) for level in levels]
 
 
 def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) -> list[int]:
@@ -226,12 +239,17 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         mechanism = compiled.mechanism(statistic, max(len(keys), 1))
         assert isinstance(mechanism, SelectionNoise)
         edges = [low + (high - low) * j / QUANTILE_BINS for j in range(QUANTILE_BINS + 1)]
-        weights = [
-            _bin_weights(histogram.histogram[index[key]] if key in index and histogram.histogram else {})
-            for key in keys
-        ]
-        for level in compiled.levels(statistic):
-            values[f"{statistic.key}@{level}"] = [_quantile(mechanism, edges, w, level, rng) for w in weights]
+        levels = compiled.levels(statistic)
+        for level in levels:
+            values[f"{statistic.key}@{level}"] = []
+        # Groups in blocks, so that the weights (QUANTILE_BINS floats per group) stay small.
+        for start in range(0, len(keys), _QUANTILE_BLOCK):
+            block = keys[start : start + _QUANTILE_BLOCK]
+            weights = _bin_weights(
+                [histogram.histogram[index[key]] if key in index and histogram.histogram else {} for key in block]
+            )
+            for level, drawn in zip(levels, _quantiles(mechanism, edges, weights, levels, rng), strict=True):
+                values[f"{statistic.key}@{level}"] += drawn
         split.append(_describe(compiled, statistic, mechanism, (low, high)))
     values.update({f"__hw:{k}": [v] for k, v in half_widths.items()})
     return Released(keys, values, bounds, split)

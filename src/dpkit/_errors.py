@@ -33,7 +33,15 @@ class InvalidParameterError(DPError, ValueError):
         self.name = name
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{name}: got {value!r}; {allowed}")
+        super().__init__(f"{name}: got {_short_repr(value)}; {allowed}")
+
+
+def _short_repr(value: object, limit: int = 200) -> str:
+    """repr(value), cut in the middle beyond ``limit`` characters (a long list or a huge int stays readable)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 60]}...{text[-40:]} ({len(text)} characters)"
 
 
 class BudgetExceededError(DPError):

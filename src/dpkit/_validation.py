@@ -37,12 +37,20 @@ def _is_real_number(value: object) -> bool:
     return isinstance(value, numbers.Real)
 
 
+def _to_float(value: Any) -> float:
+    """float(value) for a real number, with +-inf (not OverflowError) for an int or Fraction beyond the float range."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
 def check_positive(name: str, value: Any, *, allow_zero: bool = False, allow_inf: bool = False) -> float:
     """Return ``value`` as a float after checking it is a real number > 0 (or >= 0), finite."""
     allowed = f"must be a real number {'>=' if allow_zero else '>'} 0" + ("" if allow_inf else " and finite")
     if not _is_real_number(value):
         raise InvalidParameterError(name, value, allowed)
-    as_float = float(value)
+    as_float = _to_float(value)
     if math.isnan(as_float) or (math.isinf(as_float) and not allow_inf):
         raise InvalidParameterError(name, value, allowed)
     if as_float < 0 or (as_float == 0 and not allow_zero):
@@ -60,7 +68,7 @@ def check_delta(value: Any, name: str = "delta", *, allow_zero: bool = True) -> 
     allowed = f"must be a real number with {'0 <=' if allow_zero else '0 <'} {name} < 1"
     if not _is_real_number(value):
         raise InvalidParameterError(name, value, allowed)
-    as_float = float(value)
+    as_float = _to_float(value)
     if math.isnan(as_float) or as_float >= 1 or as_float < 0 or (as_float == 0 and not allow_zero):
         raise InvalidParameterError(name, value, allowed)
     return as_float
@@ -72,7 +80,7 @@ def check_probability(name: str, value: Any, *, open_low: bool = False, open_hig
     allowed = f"must be a real number in {low}0, 1{high}"
     if not _is_real_number(value):
         raise InvalidParameterError(name, value, allowed)
-    as_float = float(value)
+    as_float = _to_float(value)
     if math.isnan(as_float) or as_float < 0 or as_float > 1:
         raise InvalidParameterError(name, value, allowed)
     if (open_low and as_float == 0) or (open_high and as_float == 1):
@@ -94,7 +102,7 @@ def check_integer(name: str, value: Any, *, minimum: int | None = None) -> int:
 def check_bounds(lower: Any, upper: Any, *, name: str = "bounds") -> tuple[float, float]:
     """Check clamping bounds: finite reals with lower < upper."""
     for part, value in ((f"{name}.lower", lower), (f"{name}.upper", upper)):
-        if not _is_real_number(value) or not math.isfinite(float(value)):
+        if not _is_real_number(value) or not math.isfinite(_to_float(value)):
             raise InvalidParameterError(part, value, "must be a finite real number")
     if not float(lower) < float(upper):
         raise InvalidParameterError(name, (lower, upper), "must satisfy lower < upper")

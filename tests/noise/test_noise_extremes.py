@@ -340,6 +340,42 @@ def test_snap_to_grid_subnormal_and_huge():
     assert coarse[0] == math.ldexp(round(math.ldexp(1e300, -10)), 10)
 
 
+@pytest.mark.parametrize("exponent", [-1074, -1017, -60, -20, 0, 30, 900, 960])
+def test_grid_value_limit_keeps_every_release_finite(exponent):
+    """At the limit, the value in grid units and its sum with any int64 noise are finite; just above, refused.
+
+    Catches the old behaviour: Laplace(1e-300, 1).release(1e10) returned inf (the value overflowed
+    in grid units) instead of refusing it.
+    """
+    from dpkit.noise._grid import grid_value_limit
+
+    limit = grid_value_limit(exponent)
+    assert limit > 0
+    with np.errstate(over="raise"):
+        snapped = snap_to_grid(np.array([limit, -limit]), exponent)
+        extreme = math.ldexp(float(2**63 - 1), exponent)
+        assert np.all(np.isfinite(snapped + extreme)) and np.all(np.isfinite(snapped - extreme))
+    with pytest.raises(InvalidParameterError, match="value"):
+        snap_to_grid(np.array([math.nextafter(limit, math.inf)]), exponent)
+
+
+def test_releases_refuse_overflowing_values_before_drawing_noise():
+    from dpkit.mechanisms import Gaussian, Laplace, Staircase
+
+    tiny = [Laplace(1e-300, 1.0), Gaussian(1e-300, 1.0, 1e-6), Staircase(1e-300, 1.0)]
+    for mechanism in tiny:
+        source = CountingSource(0)
+        with pytest.raises(InvalidParameterError, match="value"):
+            mechanism.release(1e10, rng=source)
+        assert source.words == 0
+        assert mechanism.release(1.0, rng=InsecureSeededRandom(0)) == 1.0  # noise of ~1e-300 vanishes
+    huge = Laplace(1e300, 1e-5)  # noise scale 1e305: a draw could overflow, whatever the value
+    with pytest.raises(InvalidParameterError, match="could overflow"):
+        huge.release(1.0, rng=CountingSource(0))
+    ordinary = Laplace(1.0, 1.0)
+    assert np.isfinite(ordinary.release(1e300, rng=InsecureSeededRandom(0)))
+
+
 @pytest.mark.parametrize("t", [0.3, 1.0, 7.0, 1e3, 1e6, 2.0**30, 1.09e12, 2.0**40])
 def test_discrete_laplace_log_c_has_full_relative_accuracy(t):
     """ln c, c = 2 / (1 + e^{-1/t}), to 1e-15 relative against mpmath. Catches ln 2 - log1p(e^{-1/t}),

@@ -106,7 +106,7 @@ def test_bernoulli_rational_exact_path():
 def test_bernoulli_rational_edges_and_errors():
     assert not bernoulli_rational(0, 100).any()
     assert bernoulli_rational(1, 100).all()
-    for bad in [1.5, -1, "a", 0.5, Fraction(3, 2)]:
+    for bad in [1.5, -1, "a", 0.5, Fraction(3, 2), True, False, np.bool_(True), None]:
         with pytest.raises(InvalidParameterError, match="p"):
             bernoulli_rational(bad, 3)
 
@@ -118,6 +118,10 @@ def test_bernoulli_exp_edges_and_errors():
         bernoulli_exp(-1.0, 3)
     with pytest.raises(InvalidParameterError):
         bernoulli_exp(np.array([0.1, np.nan]))
+    # Bools and text are refused by name (they used to be read as 1.0 and as the parsed number).
+    for bad in [True, np.bool_(False), "1.0", b"1", np.array(["0.5"]), np.array([True, False]), [0.1, None], None]:
+        with pytest.raises(InvalidParameterError, match="x"):
+            bernoulli_exp(bad, 3) if np.ndim(bad) == 0 else bernoulli_exp(bad)
 
 
 def test_uniform_integers_and_permutation():

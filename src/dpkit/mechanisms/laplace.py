@@ -193,17 +193,17 @@ class Laplace(NumericMechanism):
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """``value`` plus discrete Laplace noise on the grid 2^k; same shape as ``value``."""
         values, scalar = check_release_value(value, self.dimension)
+        snapped = snap_to_grid(values, self.grid_exponent)  # refuses an overflowing value before any noise
         source = resolve_source(rng)
         noise = discrete_laplace(self._units_scale, values.size, rng=source)
-        noisy = snap_to_grid(values, self.grid_exponent) + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, self.dimension)
+        snapped = snap_to_grid(values, self.grid_exponent)
         noise = discrete_laplace(self._units_scale, values.size * count, rng=source).reshape(count, values.size)
-        noisy = snap_to_grid(values, self.grid_exponent)[None, :] + np.ldexp(
-            noise.astype(np.float64), self.grid_exponent
-        )
+        noisy = snapped[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return noisy[:, 0] if scalar else noisy
 
     # -- accuracy (exact, for the discrete law on the grid) ---------------------------------------

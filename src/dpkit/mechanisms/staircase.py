@@ -215,15 +215,17 @@ class Staircase(NumericMechanism):
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """``value`` plus discrete staircase noise on the grid 2^k (a scalar query)."""
         values, scalar = check_release_value(value, 1)
+        snapped = snap_to_grid(values, self.grid_exponent)  # refuses an overflowing value before any noise
         source = resolve_source(rng)
         noise = self._sample_units(1, source)
-        noisy = snap_to_grid(values, self.grid_exponent) + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, _scalar = check_release_value(value, 1)
+        snapped = snap_to_grid(values, self.grid_exponent)[0]
         noise = self._sample_units(count, source)
-        return snap_to_grid(values, self.grid_exponent)[0] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        return snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
 
     # -- the released law, exactly ------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ import math
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_integer, check_positive
 
 __all__ = ["grid_exponent", "snap_to_grid"]
@@ -43,10 +44,46 @@ def grid_exponent(sensitivity: float, noise_scale: float, dimension: int = 1, *,
     return max(k, coarse)
 
 
-def snap_to_grid(values: NDArray[np.float64], exponent: int) -> NDArray[np.float64]:
+def grid_value_limit(exponent: int) -> float:
+    """The largest |value| a release on the grid 2^exponent accepts (public: from the exponent only).
+
+    Below it, the value in grid units is finite and the value plus any int64 noise draw
+    (|noise| < 2^63 units) rounds to a finite float: max_float - 2^(exponent + 63) - 2^exponent,
+    and at most max_float * 2^exponent. A grid so coarse that the noise alone can overflow
+    accepts nothing (returns -1.0).
+    """
+    exponent = check_integer("exponent", exponent)
+    largest = float(np.finfo(np.float64).max)
+    if exponent + 63 >= 1024:
+        return -1.0
+    limit = largest - math.ldexp(1.0, exponent + 63) - math.ldexp(1.0, exponent)
+    if exponent < 0:
+        limit = min(limit, math.ldexp(largest, exponent) - math.ldexp(1.0, exponent))
+    return limit
+
+
+def snap_to_grid(values: NDArray[np.float64], exponent: int, *, name: str = "value") -> NDArray[np.float64]:
     """Round each value to the nearest multiple of 2^exponent (exact in float64: ldexp and rint).
+
+    Values beyond :func:`grid_value_limit` (which would become infinite in grid units, or once
+    noise is added) are refused with an :class:`~dpkit.InvalidParameterError` naming ``name``;
+    mechanisms snap before drawing any noise, so nothing is drawn for a refused value.
 
     >>> snap_to_grid(np.array([0.3, -1.7]), -2).tolist()
     [0.25, -1.75]
     """
-    return np.ldexp(np.rint(np.ldexp(np.asarray(values, dtype=np.float64), -exponent)), exponent)
+    array = np.asarray(values, dtype=np.float64)
+    limit = grid_value_limit(exponent)
+    if array.size and not float(np.max(np.abs(array))) <= limit:
+        if limit < 0:
+            allowed = (
+                f"cannot be released on the output grid 2^{exponent}: noise this large could overflow float64 "
+                "(use a smaller sensitivity or a larger epsilon)"
+            )
+        else:
+            allowed = (
+                f"must be at most {limit:.6g} in magnitude on this mechanism's output grid 2^{exponent} "
+                "(a larger value, or its sum with the noise, would overflow float64)"
+            )
+        raise InvalidParameterError(name, values, allowed)
+    return np.ldexp(np.rint(np.ldexp(array, -exponent)), exponent)

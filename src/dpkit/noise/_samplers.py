@@ -251,9 +251,15 @@ def bernoulli_exp(
     >>> bernoulli_exp(0.5, 8, rng=InsecureSeededRandom(2)).astype(int).tolist()
     [1, 1, 0, 1, 1, 0, 1, 1]
     """
-    gamma = np.asarray(x, dtype=np.float64)
-    if not np.all(np.isfinite(gamma)) or np.any(gamma < 0):
-        raise InvalidParameterError("x", x, "must be finite and >= 0")
+    if isinstance(x, bool | np.bool_ | str | bytes):
+        raise InvalidParameterError("x", x, "must be a finite number >= 0 (or an array of them), not a bool or text")
+    try:
+        raw = np.asarray(x)
+        gamma = raw.astype(np.float64) if raw.dtype.kind in "iuf" else None
+    except (TypeError, ValueError):
+        gamma = None
+    if gamma is None or not np.all(np.isfinite(gamma)) or np.any(gamma < 0):
+        raise InvalidParameterError("x", x, "must be finite and >= 0 (numbers only, no bools or text)")
     if size is not None:
         if gamma.ndim != 0:
             raise InvalidParameterError("size", size, "is only allowed with a scalar x")
@@ -272,7 +278,7 @@ def bernoulli_rational(p: Fraction | int | str, size: int, *, rng: RandomSource 
     [1, 1, 0, 0, 1, 0, 0, 1, 0]
     """
     try:
-        probability = Fraction(p) if not isinstance(p, float) else None
+        probability = Fraction(p) if not isinstance(p, float | bool | np.bool_) else None
     except (TypeError, ValueError, ZeroDivisionError):
         probability = None
     if probability is None or not 0 <= probability <= 1:

@@ -14,18 +14,24 @@ from mp_precision import precision
 
 from dpkit._errors import UnsupportedEventError
 from dpkit.accounting import (
+    AdvancedAccountant,
+    BasicAccountant,
     GaussianEvent,
     GDPAccountant,
+    GroupEvent,
     LaplaceEvent,
     OptimalAccountant,
     PLDAccountant,
+    PoissonSampledEvent,
     PureDPEvent,
     RDPAccountant,
+    ZCDPAccountant,
     gaussian_delta,
     gaussian_epsilon,
     laplace_renyi,
 )
 from dpkit.accounting._rdp import discrete_laplace_rdp, poisson_sampled_gaussian_rdp
+from dpkit.guarantees import NeighbourRelation
 
 _precision = precision(50)
 
@@ -202,3 +208,46 @@ def test_pld_delta_far_beyond_the_grid_is_the_mass_at_infinity():
     far = accountant.delta(1e6)
     assert far == accountant.delta(750.0) == accountant.delta(700.0)
     assert 0.0 <= far <= accountant.delta(5.0)
+
+
+def _without_relation(event: object) -> object:
+    """``event`` with its ``neighbours`` erased (as a custom event that never declared one would be)."""
+    object.__setattr__(event, "neighbours", None)
+    return event
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        BasicAccountant,
+        AdvancedAccountant,
+        OptimalAccountant,
+        RDPAccountant,
+        ZCDPAccountant,
+        PLDAccountant,
+        GDPAccountant,
+    ],
+)
+def test_events_without_a_declared_relation_are_refused(factory: type) -> None:
+    """Fail closed: an event must state the neighbour relation it holds under, also inside wrappers.
+
+    Catches the old base check, which skipped events whose ``neighbours`` was missing (and left the
+    decision to each accountant's type dispatch).
+    """
+    from dpkit.events import SelfComposedEvent
+
+    accountant = factory()
+    plain = [_without_relation(PureDPEvent(0.5)), _without_relation(GaussianEvent(2.0))]
+    wrapped = [
+        PoissonSampledEvent(0.1, _without_relation(GaussianEvent(2.0))),
+        GroupEvent(_without_relation(PureDPEvent(0.5)), 2),
+        SelfComposedEvent(_without_relation(GaussianEvent(2.0)), 3),
+        PoissonSampledEvent(0.1, GaussianEvent(2.0, NeighbourRelation.REPLACE_ONE)),
+    ]
+    for event in plain + wrapped:
+        assert not accountant.supports(event)
+        with pytest.raises(UnsupportedEventError):
+            accountant.compose(event)
+    assert accountant.history == ()
+    # The same events with their relation are still accepted where the accountant handles them.
+    assert accountant.supports(GaussianEvent(2.0)) or accountant.supports(PureDPEvent(0.5))

@@ -13,7 +13,14 @@ from typing import Self
 
 from dpkit._errors import InvalidParameterError, UnsupportedEventError
 from dpkit._validation import check_delta, check_integer, check_positive
-from dpkit.events import ComposedEvent, PrivacyEvent, SelfComposedEvent
+from dpkit.events import (
+    ComposedEvent,
+    GroupEvent,
+    PoissonSampledEvent,
+    PrivacyEvent,
+    SampledWithoutReplacementEvent,
+    SelfComposedEvent,
+)
 from dpkit.guarantees import NeighbourRelation
 
 __all__ = ["PrivacyAccountant"]
@@ -44,12 +51,22 @@ class PrivacyAccountant(ABC):
             return all(self.supports(inner) for inner in event.events)
         if isinstance(event, SelfComposedEvent):
             return self.supports(event.event)
-        if not isinstance(event, PrivacyEvent):
-            return False
-        relation = getattr(event, "neighbours", None)
-        if relation is not None and relation is not self.neighbours:
+        if not isinstance(event, PrivacyEvent) or not self._same_relation(event):
             return False
         return self._supports_atomic(event)
+
+    def _same_relation(self, event: PrivacyEvent) -> bool:
+        """Whether ``event`` holds under this accountant's neighbour relation (fail closed).
+
+        dpkit's sampling and group wrappers carry no relation of their own: their inner event's
+        is checked. Any other event must declare ``neighbours`` equal to this accountant's; a
+        custom event without one is refused rather than assumed to match.
+        """
+        if isinstance(event, ComposedEvent):
+            return all(self._same_relation(inner) for inner in event.events)
+        if isinstance(event, SelfComposedEvent | PoissonSampledEvent | SampledWithoutReplacementEvent | GroupEvent):
+            return self._same_relation(event.event)
+        return getattr(event, "neighbours", None) is self.neighbours
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> Self:
         """Record ``count`` runs of ``event``; refuse it, unchanged, if it is not supported."""

@@ -467,3 +467,13 @@ def test_grid_exponent_accepts_the_smallest_noise_scales():
 
     assert grid_exponent(1.0, 5e-324) == grid_exponent(1.0, 1.0)  # the sensitivity's grid decides
     assert grid_exponent(1e-300, 5e-324) == math.floor(math.log2(1e-300)) - 20
+
+
+def test_bernoulli_logistic_decides_the_top_word_exactly():
+    """p = 1 / (1 + e^-50) is within 2^-64 of 1, so the top word 2^64 - 1 (U in [1 - 2^-64, 1)) must draw
+    more bits: followed by zero bits, U = 1 - 2^-64 < p and the trial succeeds. Catches the old cut at
+    min(ceil(hi 2^64), 2^64 - 1), which answered False for that word without looking further."""
+    top = 2**64 - 1
+    assert bool(bernoulli_logistic(50, 1, 1, rng=_Scripted([top], then_zeros=True))[0])
+    # Followed by all-one bits, U is within 2^-2560 of 1, above p: the trial fails.
+    assert not bool(bernoulli_logistic(50, 1, 1, rng=_Scripted([top] * 40))[0])

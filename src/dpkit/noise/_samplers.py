@@ -340,7 +340,10 @@ def bernoulli_logistic(
     sure_above = -((-high.numerator * _TWO_64) // high.denominator)  # w >= ceil(hi 2^64)
     words = source.uint64(n)
     result = words < np.uint64(min(sure_below, _TWO_64 - 1))
-    ambiguous = np.flatnonzero(~result & (words < np.uint64(min(sure_above, _TWO_64 - 1))))
+    # Words in [sure_below, sure_above) draw more bits. sure_above can be 2^64 (p within 2^-64 of 1),
+    # which no uint64 holds: then every word not already accepted, the top one included, is ambiguous.
+    undecided = ~result if sure_above >= _TWO_64 else ~result & (words < np.uint64(sure_above))
+    ambiguous = np.flatnonzero(undecided)
     for index in ambiguous:
         uniform = LazyUniform(int(words[index]), 64, source)
         result[index] = uniform.less_than(threshold)

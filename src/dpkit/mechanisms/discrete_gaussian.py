@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError
+from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_data, check_delta, check_epsilon, check_positive, warn_if_risky
 from dpkit.events import DiscreteGaussianEvent
 from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, round_up
@@ -334,19 +335,9 @@ class DiscreteGaussian(NumericMechanism):
         a rigorous upper bound on the tail, so h may exceed the exact one by a relative 1e-7 at most)."""
         level = check_alpha(alpha)
         # sigma^2-subgaussian (CKS): P(|X| > h) <= 2 exp(-(h+1)^2 / (2 sigma^2)) gives an upper start.
-        high = max(0, math.ceil(self._sigma * math.sqrt(2 * math.log(2 / level))) - 1)
-        low = 0
-        if self.tail_probability(0) * (1 + _SUM_MARGIN) <= level:
-            return 0.0
-        # Invariant: tail(low) too large, tail(high) small enough (both tails are exact sums, or
-        # for huge sigma one upper bound, monotone in h).
-        while high - low > 1:
-            middle = (low + high) // 2
-            if self.tail_probability(middle) * (1 + _SUM_MARGIN) <= level:
-                high = middle
-            else:
-                low = middle
-        return float(high)
+        start = max(0, math.ceil(self._sigma * math.sqrt(2 * math.log(2 / level))) - 1)
+        # The tail is an exact sum, or for huge sigma one upper bound: monotone in h either way.
+        return float(first_true(lambda h: self.tail_probability(h) * (1 + _SUM_MARGIN) <= level, start))
 
     @property
     def expected_error(self) -> float:

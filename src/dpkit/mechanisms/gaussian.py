@@ -43,6 +43,7 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError, PrivacyWarning
 from dpkit._lazy import LazyModule
+from dpkit._search import first_true
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
@@ -464,21 +465,11 @@ class Gaussian(NumericMechanism):
             return 2 * _tail_bounds(m, s)[1] <= level
 
         # -Phi^{-1}(level / 2), not Phi^{-1}(1 - level / 2): 1 - level / 2 rounds to 1 (an infinite
-        # quantile) below level ~1e-16 and loses digits well before. The guess is then bracketed
-        # (galloping either way) and bisected, so a wrong guess costs O(log) steps, not O(error).
+        # quantile) below level ~1e-16 and loses digits well before. The search gallops from the
+        # guess either way, so a wrong guess costs O(log) steps, not O(error). m = 0 never fits:
+        # P(|Z| >= 0) = 1 > level.
         guess = max(1, math.floor(-s * float(special.ndtri(max(level / 2, 5e-324)))))
-        low, high, step = guess - 1, guess, 1
-        while not fits(high):
-            low, high, step = high, high + step, 2 * step
-        while low >= 1 and fits(low):
-            high, low, step = low, max(0, low - step), 2 * step
-        while high - low > 1:  # fits(high); low == 0 or not fits(low) (P(|Z| >= 0) = 1 > level)
-            middle = (low + high) // 2
-            if fits(middle):
-                high = middle
-            else:
-                low = middle
-        return high
+        return first_true(fits, guess, lowest=1)
 
     def noise_quantile(self, alpha: float) -> float:
         """Half-width h with P(|noise| <= h) >= 1 - alpha for the discrete Gaussian on the grid.

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_epsilon, check_positive, check_probability, warn_if_risky
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP, round_up
@@ -284,16 +285,9 @@ class Staircase(NumericMechanism):
         # A relative margin of 1e-12 absorbs the float error of the tail (below 1e-13 relative);
         # compared in logs, which stay exact where alpha and the tail are subnormal floats.
         target = math.log(level) + math.log1p(-1e-12)
-        low, high = 0, self.step_units
-        while self._log_tail_units(high + 1) > target:
-            low, high = high, 2 * high
-        while low < high:  # smallest n with P(|Z| > n) <= alpha (1 - 1e-12)
-            middle = (low + high) // 2
-            if self._log_tail_units(middle + 1) <= target:
-                high = middle
-            else:
-                low = middle + 1
-        return math.ldexp(float(high), self.grid_exponent)
+        # The smallest n with P(|Z| > n) <= alpha (1 - 1e-12), searched from one step of the staircase.
+        units = first_true(lambda n: self._log_tail_units(n + 1) <= target, self.step_units)
+        return math.ldexp(float(units), self.grid_exponent)
 
     def __repr__(self) -> str:
         return f"Staircase(sensitivity={self.sensitivity!r}, epsilon={self.epsilon!r}, gamma={self.gamma!r})"

@@ -27,6 +27,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
+from dpkit._search import first_true
 from dpkit._validation import check_integer, check_positive
 from dpkit.noise._exact import LazyUniform, Threshold, exp_neg_interval, logistic_interval
 from dpkit.noise._random import RandomSource, resolve_source
@@ -125,27 +126,20 @@ def _count_thresholds(
     ambiguous = np.flatnonzero(low_count != high_count)
     for index in ambiguous:
         uniform = LazyUniform(int(words[index]) >> 11, 53, source)
-        m = int(low_count[index])
-        while m >= 1 and not uniform.less_than(threshold(m)):
-            m -= 1
-        if uniform.less_than(threshold(m + 1)):
-            # U < threshold(k) holds exactly for k <= count (thresholds decrease): gallop, then bisect.
-            # A linear scan here ran once per unit of the answer when U's 53-bit prefix is 0 (no
-            # float upper bound): 37,000 exact comparisons at scale 1e3, a hang at 1e9. The answer is
-            # a function of U alone, so the order of the comparisons does not change the law.
-            low, step = m + 1, 1
-            while uniform.less_than(threshold(low + step)):
-                low, step = low + step, 2 * step
-            high = low + step  # U < threshold(low), not U < threshold(high)
-            while high - low > 1:
-                middle = (low + high) // 2
-                if uniform.less_than(threshold(middle)):
-                    low = middle
-                else:
-                    high = middle
-            m = low
-        counts[index] = m
+        # The count is the largest m with U < threshold(m) (thresholds decrease; threshold(0) = 1):
+        # one less than the first m >= 1 where U < threshold(m) fails. Searched from the float
+        # estimate by galloping and bisecting: when U's 53-bit prefix is 0 (no float upper bound) a
+        # linear scan ran once per unit of the answer (37,000 exact comparisons at scale 1e3, a
+        # hang at 1e9). The answer is a function of U alone, so the order of comparisons does not
+        # change the law.
+        above = _rejects(uniform, threshold)
+        counts[index] = first_true(above, int(low_count[index]) + 1, lowest=1) - 1
     return counts
+
+
+def _rejects(uniform: LazyUniform, threshold: Callable[[int], Threshold]) -> Callable[[int], bool]:
+    """k -> not U < threshold(k): false up to the count, true above it."""
+    return lambda k: not uniform.less_than(threshold(k))
 
 
 def geometric(

@@ -1,0 +1,43 @@
+"""Integer search shared by the samplers and the accuracy bounds: the first integer where a monotone test holds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+__all__ = ["first_true"]
+
+
+def first_true(predicate: Callable[[int], bool], guess: int, lowest: int = 0) -> int:
+    """The smallest integer m >= ``lowest`` with ``predicate(m)``, for a predicate false below some
+    point and true from it on (which must exist).
+
+    The search starts at ``guess``: it gallops up (or down) with doubling steps until the answer is
+    bracketed, then bisects, so it costs O(log |answer - guess|) calls however far the guess is.
+    ``predicate(lowest - 1)`` is never called (it is taken as false).
+
+    >>> first_true(lambda m: m * m >= 1000, guess=5)
+    32
+    >>> first_true(lambda m: m >= 3, guess=10**9, lowest=1)
+    3
+    """
+    guess = max(guess, lowest)
+    if predicate(guess):
+        high, step = guess, 1
+        low = high - step
+        while low >= lowest and predicate(low):
+            high, step = low, 2 * step
+            low = high - step
+        low = max(low, lowest - 1)  # predicate(low) is false, or low is the sentinel lowest - 1
+    else:
+        low, step = guess, 1
+        high = low + step
+        while not predicate(high):
+            low, step = high, 2 * step
+            high = low + step
+    while high - low > 1:  # predicate(high); low is false or the sentinel
+        middle = (low + high) // 2
+        if predicate(middle):
+            high = middle
+        else:
+            low = middle
+    return high

@@ -180,17 +180,7 @@ class AggregationPlan:
         salt (secret, fresh per release) and the keys only, never on the data; computing it here
         keeps the hash out of the SQL, so the engines only compare small integers.
         """
-
-        salted = hashlib.sha256(f"{self.salt}|".encode())
-
-        def rank(key: tuple[Any, ...]) -> tuple[bytes, str]:
-            # An injective encoding of the key (NULL "n", a value "v<length>:<repr>") breaks hash ties.
-            encoded = "".join("n" if v is None else f"v{len(text)}:{text}" for v in key for text in (repr(v),))
-            digest = salted.copy()
-            digest.update(encoded.encode())
-            return digest.digest(), encoded
-
-        return tuple(sorted(distinct(list(self.keys or ())), key=rank))
+        return _salted_order(self.salt, self.keys or ())
 
     @property
     def bounds_groups(self) -> bool:
@@ -200,6 +190,21 @@ class AggregationPlan:
         if self.keys is not None:
             return self.groups_per_person < len(self.keys)
         return True
+
+
+@functools.lru_cache(maxsize=4)
+def _salted_order(salt: str, keys: tuple[tuple[Any, ...], ...]) -> tuple[tuple[Any, ...], ...]:
+    """:attr:`AggregationPlan.key_order`, shared by the plans of one release (same salt, same keys)."""
+    salted = hashlib.sha256(f"{salt}|".encode())
+
+    def rank(key: tuple[Any, ...]) -> tuple[bytes, str]:
+        # An injective encoding of the key (NULL "n", a value "v<length>:<repr>") breaks hash ties.
+        encoded = "".join("n" if v is None else f"v{len(text)}:{text}" for v in key for text in (repr(v),))
+        digest = salted.copy()
+        digest.update(encoded.encode())
+        return digest.digest(), encoded
+
+    return tuple(sorted(distinct(list(keys)), key=rank))
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import importlib.util
 import os
 import threading
 import uuid
@@ -171,7 +172,18 @@ class DuckDBBackend:
     def check(self, plan: AggregationPlan) -> None:
         """Bind and plan ``plan`` without reading rows (EXPLAIN); raises what running it would on schema errors."""
         with self._key_table(plan) as key_table:
-            self._connection.execute("EXPLAIN " + render_sql(plan, key_table)).fetchall()
+            sql = render_sql(plan, key_table)
+            self._connection.execute("EXPLAIN " + sql).fetchall()
+            # DuckDB hands TIMESTAMP WITH TIME ZONE values to Python through pytz: without it the
+            # query would bind here but fail when its group keys are read back, after the debit.
+            zoned = any(
+                "TIME ZONE" in str(row[1]).upper() for row in self._connection.execute("DESCRIBE " + sql).fetchall()
+            )
+            if zoned and importlib.util.find_spec("pytz") is None:
+                raise RuntimeError(
+                    "reading TIMESTAMP WITH TIME ZONE group keys back from DuckDB needs the pytz module: "
+                    "pip install pytz, or group by the column cast to TIMESTAMP in a view of the data"
+                )
 
     @contextlib.contextmanager
     def _key_table(self, plan: AggregationPlan) -> Iterator[str | None]:

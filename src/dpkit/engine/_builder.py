@@ -120,7 +120,7 @@ def _is_temporal_type(text: str) -> bool:
 def _temporal(node: exp.Expr, types: Mapping[str, str]) -> bool:
     """Whether ``node`` has a date, time, timestamp or interval value (conservatively)."""
     if isinstance(node, exp.Column):
-        return _is_temporal_type(types.get(node.name, ""))
+        return _is_temporal_type(types.get(node.name, types.get(node.name.casefold(), "")))
     if isinstance(node, exp.Cast | exp.TryCast):
         return _is_temporal_type(node.to.sql())
     if isinstance(node, exp.Interval | exp.DateTrunc | exp.TimestampTrunc):
@@ -240,6 +240,8 @@ class QueryBuilder:
 
     def join(self, table: str, on: str | Sequence[str]) -> QueryBuilder:
         """Inner-join a public lookup table (registered with ``Session(public_tables=...)``) on shared columns."""
+        if not isinstance(on, str) and not (isinstance(on, Sequence) and not isinstance(on, bytes)):
+            raise InvalidParameterError("on", on, "must name one or more shared columns (a name or a list of names)")
         columns = (on,) if isinstance(on, str) else tuple(on)
         return self._with(joins=(*self._plan.joins, Join(table, columns)))
 

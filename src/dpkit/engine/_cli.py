@@ -11,6 +11,8 @@ debited before the aggregation runs; a refused or invalid query spends nothing.
 from __future__ import annotations
 
 import argparse
+import datetime
+import decimal
 import json
 import math
 import os
@@ -150,12 +152,41 @@ def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any
         info = columns.get(column)
         if info is None:
             raise InvalidParameterError("--keys", item, f"{column!r} is not a column; columns: {', '.join(columns)}")
-        cast: Any = int if info.integer else float if info.numeric else str
+        cast, kind = _key_parser(info)
         try:
             keys[column] = [cast(v) for v in values.split(",")]
-        except ValueError:
-            raise InvalidParameterError("--keys", item, f"values of {column!r} must be {cast.__name__}s") from None
+        except (ValueError, ArithmeticError):
+            raise InvalidParameterError("--keys", item, f"values of {column!r} ({info.type}) must be {kind}") from None
     return keys
+
+
+def _boolean(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1"):
+        return True
+    if lowered in ("false", "0"):
+        return False
+    raise ValueError(text)
+
+
+def _key_parser(info: Any) -> tuple[Any, str]:
+    """How to read a --keys value for a column: the column's own Python type (the engine refuses others)."""
+    kind = str(info.type).upper()
+    if info.integer:
+        return int, "integers"
+    if kind.startswith(("DECIMAL", "NUMERIC")):
+        return decimal.Decimal, "decimal numbers"
+    if info.numeric:
+        return float, "numbers"
+    if kind.startswith("BOOL"):
+        return _boolean, "true or false"
+    if kind == "DATE":
+        return datetime.date.fromisoformat, "dates YYYY-MM-DD"
+    if kind.startswith("TIMESTAMP") or kind == "DATETIME":
+        return datetime.datetime.fromisoformat, "timestamps YYYY-MM-DD[ HH:MM[:SS]]"
+    if kind == "TIME" or kind.startswith("TIME "):
+        return datetime.time.fromisoformat, "times HH:MM[:SS]"
+    return str, "text"
 
 
 class _ProgressBar:
@@ -201,6 +232,10 @@ class _ProgressBar:
 def _json_value(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal):
+        return str(value)
     if hasattr(value, "item"):  # numpy scalars
         return _json_value(value.item())
     return value

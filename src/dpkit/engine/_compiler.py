@@ -27,10 +27,12 @@ moments of a mean or variance, their sum scaled by k / n. Each stays within the 
 from __future__ import annotations
 
 import dataclasses
+import datetime
+import decimal
 import math
 import numbers
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -42,7 +44,17 @@ from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, check_probability
 from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
 from dpkit.engine._backends import ColumnInfo
-from dpkit.engine._plan import AUTO, NUMERIC_KINDS, Aggregate, Bin, Contribution, Query, check_bounds_pair
+from dpkit.engine._plan import (
+    AUTO,
+    NUMERIC_KINDS,
+    Aggregate,
+    Bin,
+    Contribution,
+    Join,
+    Query,
+    check_bounds_pair,
+    output_columns,
+)
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 from dpkit.guarantees._guarantees import float_at_most as _round_down
 from dpkit.guarantees._guarantees import largest_rho
@@ -255,7 +267,9 @@ class CompiledQuery:
         for _, aggregate in self.query.aggregates:
             if aggregate.kind == "quantiles" and aggregate.column == statistic.column:
                 levels.extend(aggregate.levels)
-        return tuple(levels)
+        # A level shared by several aggregates (MEDIAN and a list holding 0.5) is selected once and
+        # released under each name: one value per group and level.
+        return tuple(dict.fromkeys(levels))
 
     @property
     def selection_base(self) -> int:
@@ -311,6 +325,8 @@ class CompiledQuery:
             # (its own bisection over the exact tail), with a further relative margin of 1e-6.
             return base + 1 + int(mechanism.noise_quantile(2 * target / (1 + 1e-6)))
         q = math.exp(-1.0 / mechanism.scale)
+        if q == 0.0:  # a tiny scale (huge epsilon): P[Z >= 1] = q / (1 + q) underflows below any target
+            return base + 1
         tau = base + max(1, math.ceil(math.log(target * (1 + q)) / math.log(q)))
         while q ** (tau - base) / (1 + q) > target:
             tau += 1
@@ -488,24 +504,100 @@ def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
     }[aggregate.kind]
 
 
+def _key_types(info: ColumnInfo) -> tuple[tuple[type, ...], str] | None:
+    """The Python types a public key of a column may have, and their name for messages (None: unchecked).
+
+    DuckDB and Spark compare a key of another type by casting one side: a text key on a BOOLEAN
+    or DATE column matches nothing on some paths, and one that does not parse fails the query
+    after its debit. So every column type with a natural Python type asks for it.
+    """
+    kind = info.type.upper()
+    if info.integer:
+        return (numbers.Integral,), "int"
+    if kind.startswith(("DECIMAL", "NUMERIC")):
+        return (numbers.Real, decimal.Decimal), "int, float or decimal.Decimal"
+    if info.numeric:
+        return (numbers.Real,), "int or float"
+    if kind in ("VARCHAR", "STRING", "TEXT") or kind.startswith(("VARCHAR", "CHAR")):
+        return (str,), "str"
+    if kind.startswith("BOOL"):
+        return (bool, np.bool_), "bool"
+    if kind == "DATE":
+        return (datetime.date,), "datetime.date"
+    if kind.startswith("TIMESTAMP") or kind == "DATETIME":
+        return (datetime.date,), "datetime.datetime (or pandas.Timestamp)"
+    if kind == "TIME" or kind.startswith("TIME "):
+        return (datetime.time,), "datetime.time"
+    return None  # enums, UUIDs, ...: matched by the backend's own comparison
+
+
 def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
     """Public keys must have the column's type: a key '1' never equals the integer 1 in the results."""
-    if info.integer:
-        allowed: tuple[type, ...] = (numbers.Integral,)
-    elif info.numeric:
-        allowed = (numbers.Real,)
-    elif info.type.upper() in ("VARCHAR", "STRING", "TEXT") or info.type.upper().startswith("VARCHAR"):
-        allowed = (str,)
-    else:
-        return  # dates, decimals, ...: matched by the backend's own comparison
+    expected = _key_types(info)
+    if expected is None:
+        return
+    allowed, names = expected
+    boolean = bool in allowed
     for value in values:
-        if value is not None and (isinstance(value, bool) or not isinstance(value, allowed)):
-            names = {"Integral": "int", "Real": "int or float"}.get(allowed[0].__name__, allowed[0].__name__)
+        if value is None:
+            continue
+        if not isinstance(value, allowed) or (isinstance(value, bool | np.bool_) and not boolean):
             raise InvalidParameterError(
                 "keys",
                 value,
                 f"has type {type(value).__name__}, but column {column!r} is {info.type}: use {names} keys",
             )
+
+
+def _resolver(names: list[str]) -> Callable[[str], str]:
+    """Map a column name to its spelling among ``names``: itself if present, else the one name equal to it
+    without case (DuckDB and Spark match identifiers, quoted or not, without case), else itself."""
+    exact = set(names)
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        folded.setdefault(name.casefold(), []).append(name)
+
+    def resolve(column: str) -> str:
+        if column in exact:
+            return column
+        matches = folded.get(column.casefold(), [])
+        return matches[0] if len(matches) == 1 else column
+
+    return resolve
+
+
+def _schema_spelling(query: Query, context: CompileContext) -> Query:
+    """``query`` with its group, aggregate and join columns spelled as the schema spells them
+    (``SUM(income)`` on a column ``Income``), so that bounds, keys and results use one name."""
+    names = list(context.columns)
+    for join in query.joins:
+        names += [n for n in context.public_tables.get(join.table, {}) if n not in context.columns]
+    resolve = _resolver(names)
+    return dataclasses.replace(
+        query,
+        joins=tuple(Join(j.table, tuple(resolve(c) for c in j.on)) for j in query.joins),
+        group_by=tuple(Bin(resolve(g.column), g.edges) if isinstance(g, Bin) else resolve(g) for g in query.group_by),
+        aggregates=tuple(
+            (name, a if a.column is None else dataclasses.replace(a, column=resolve(a.column)))
+            for name, a in query.aggregates
+        ),
+    )
+
+
+def _check_output_names(query: Query) -> None:
+    """Every released column must have its own name: ``COUNT(*) AS n, SUM(x) AS n_low`` would
+    overwrite the count's lower end with the sum (and a group column named like an aggregate, its keys)."""
+    owners: dict[str, str] = {group: f"the group column {group!r}" for group in query.group_names}
+    for name, aggregate in query.aggregates:
+        for column in output_columns(name, aggregate):
+            if column in owners:
+                raise InvalidParameterError(
+                    "aggregates",
+                    name,
+                    f"its result column {column!r} is also {owners[column]}; give the aggregates names "
+                    "whose columns (name, name_low, name_high; name_p50, ... for several quantiles) differ",
+                )
+            owners[column] = f"a result column of aggregate {name!r}"
 
 
 def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
@@ -537,7 +629,10 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                 ambiguous[name] = join.table
             available.setdefault(name, info)
 
+    resolve = _resolver(list(available))
+
     def need(column: str, what: str) -> ColumnInfo:
+        column = resolve(column)
         if column in ambiguous:
             raise InvalidParameterError(
                 what,
@@ -559,7 +654,10 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         tree = sqlglot.parse_one(condition, read="duckdb")
         for reference in tree.find_all(exp.Column):
             need(reference.name, "where")
-        check_filter_types(tree, condition, {name: info.type for name, info in available.items()})
+        # Keyed by each column's spelling and its case-folded one: a filter may write D for column d.
+        types = {name: info.type for name, info in available.items()}
+        types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
+        check_filter_types(tree, condition, types)
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
         if any(marker in info.type.upper() for marker in ("STRUCT", "MAP", "[]", "LIST", "ARRAY", "UNION")):
@@ -602,6 +700,8 @@ def compile_query(
     from dpkit.engine._builder import normalise_condition
 
     query = dataclasses.replace(query, where=tuple(normalise_condition(w) for w in query.where))
+    query = _schema_spelling(query, context)
+    _check_output_names(query)
     available = _check_columns(query, context)
     float_groups = frozenset(
         g
@@ -630,11 +730,12 @@ def compile_query(
     merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
     for column, value in (bounds or {}).items():
         merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)
+    bounds_name = _resolver(list(merged))  # bounds={"income": ...} for a column Income
     resolved: dict[str, tuple[float, float] | str] = {}
     for name, aggregate in query.aggregates:
         if aggregate.kind not in NUMERIC_KINDS or aggregate.column is None:
             continue
-        value = aggregate.bounds if aggregate.bounds is not None else merged.get(aggregate.column)
+        value = aggregate.bounds if aggregate.bounds is not None else merged.get(bounds_name(aggregate.column))
         if value is None:
             raise InvalidParameterError(
                 "bounds",

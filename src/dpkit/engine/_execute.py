@@ -27,7 +27,7 @@ from dpkit.engine._compiler import (
     histogram_plan,
     log2_candidates,
 )
-from dpkit.engine._plan import AUTO
+from dpkit.engine._plan import AUTO, level_label
 from dpkit.mechanisms import DiscreteGaussian
 from dpkit.noise import RandomSource
 
@@ -369,7 +369,7 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
         elif aggregate.kind == "quantiles":
             key = f"hist:{column}"
             for level in aggregate.levels:
-                label = name if len(aggregate.levels) == 1 else f"{name}_{_level_label(level)}"
+                label = name if len(aggregate.levels) == 1 else f"{name}_{level_label(level)}"
                 out[label] = list(values[f"{key}@{level}"])
                 out[f"{label}_low"] = [math.nan] * count
                 out[f"{label}_high"] = [math.nan] * count
@@ -404,11 +404,6 @@ def _plain(column: tuple[Any, ...]) -> bool:
 def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:
     """Order keys of mixed types and NULLs deterministically (NULL last)."""
     return tuple((1, "", "") if v is None else (0, type(v).__name__, v) for v in key)
-
-
-def _level_label(level: float) -> str:
-    percent = level * 100
-    return f"p{int(percent)}" if float(percent).is_integer() else f"q{level:g}"
 
 
 def combine(

@@ -12,8 +12,10 @@ Each returns a frozen :class:`~dpkit.engine.Aggregate`; the builder's ``agg`` na
 from __future__ import annotations
 
 import builtins
+import numbers
 from collections.abc import Sequence
 
+from dpkit._errors import InvalidParameterError
 from dpkit.engine._plan import Aggregate
 
 __all__ = ["count", "count_distinct", "mean", "median", "quantiles", "stddev", "sum", "variance"]
@@ -55,6 +57,11 @@ def quantiles(column: str, levels: Sequence[float], *, bounds: Bounds = None, we
     """Several quantiles of ``column`` at once (exponential mechanism on a fine public grid)."""
     if isinstance(levels, int | float):
         levels = [levels]
+    allowed = "must be a level in (0, 1) or a sequence of levels, e.g. [0.25, 0.5, 0.75]"
+    if isinstance(levels, str | bytes) or not isinstance(levels, Sequence):
+        raise InvalidParameterError("levels", levels, allowed)
+    if any(isinstance(q, str | bytes) or not isinstance(q, numbers.Real) for q in levels):
+        raise InvalidParameterError("levels", levels, allowed)
     return Aggregate("quantiles", column, bounds, tuple(builtins.float(q) for q in levels), weight=weight)
 
 

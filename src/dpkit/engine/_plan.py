@@ -66,6 +66,8 @@ def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:
     if isinstance(bounds, str | bytes) or not isinstance(bounds, Sequence) or len(bounds) != 2:
         raise InvalidParameterError(name, bounds, allowed)
     low, high = bounds
+    if isinstance(low, str | bytes) or isinstance(high, str | bytes):  # float("1e3") would pass
+        raise InvalidParameterError(name, bounds, allowed)
     try:
         low_f, high_f = float(low), float(high)
     except (TypeError, ValueError):
@@ -109,10 +111,26 @@ class Aggregate:
             if not self.levels:
                 raise InvalidParameterError("levels", self.levels, "quantiles need at least one level in (0, 1)")
             levels = tuple(check_probability("levels", q, open_low=True, open_high=True) for q in self.levels)
-            object.__setattr__(self, "levels", levels)
+            # A level asked twice is released once (one selection, one column).
+            object.__setattr__(self, "levels", tuple(dict.fromkeys(levels)))
         elif self.levels:
             raise InvalidParameterError("levels", self.levels, f"only quantiles take levels, not {self.kind}")
         object.__setattr__(self, "weight", check_positive("weight", self.weight))
+
+
+def level_label(level: float) -> str:
+    """The suffix naming one quantile level's columns: ``p50`` for 0.5, ``q0.125`` for 0.125."""
+    percent = level * 100
+    return f"p{int(percent)}" if float(percent).is_integer() else f"q{level:g}"
+
+
+def output_columns(name: str, aggregate: Aggregate) -> list[str]:
+    """The result columns released for aggregate ``name``: a value, its low and its high end (per level)."""
+    if aggregate.kind == "quantiles" and len(aggregate.levels) > 1:
+        labels = [f"{name}_{level_label(level)}" for level in aggregate.levels]
+    else:
+        labels = [name]
+    return [column for label in labels for column in (label, f"{label}_low", f"{label}_high")]
 
 
 @dataclass(frozen=True)

@@ -121,6 +121,8 @@ class Session:
         if privacy_unit is not None and (not isinstance(privacy_unit, str) or not privacy_unit):
             raise InvalidParameterError("privacy_unit", privacy_unit, "must be a column name or None (one row)")
         checked_budget = _check_budget(budget)
+        if bounds is not None and not isinstance(bounds, Mapping):
+            raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
         self._bounds = {str(c): check_bounds_pair(f"bounds[{c!r}]", v) for c, v in (bounds or {}).items()}
         if contribution is not None and not isinstance(contribution, Contribution):
             raise InvalidParameterError("contribution", contribution, "must be a dpkit.engine.Contribution")
@@ -144,11 +146,10 @@ class Session:
         self._backend: Backend = make_backend(backend)
         self._name = name
         self._privacy_unit = privacy_unit
-        self._backend.register(name, source, kind)
+        self._columns = _open(self._backend, name, source, kind, "source")
         self._public: dict[str, dict[str, ColumnInfo]] = {}
         for table, table_source in (public_tables or {}).items():
             self.add_public_table(table, table_source)
-        self._columns = self._backend.schema(name)
         if privacy_unit is not None and privacy_unit not in self._columns:
             raise InvalidParameterError(
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
@@ -207,8 +208,7 @@ class Session:
         for other in list(self._public):
             if other.casefold() == name.casefold():
                 del self._public[other]  # the same table name to the engine: this replaces it
-        self._backend.register(name, *_source_kind(source))
-        self._public[name] = self._backend.schema(name)
+        self._public[name] = _open(self._backend, name, *_source_kind(source), "public_tables")
 
     # -- reading the budget ------------------------------------------------------------------------
 
@@ -301,7 +301,7 @@ class Session:
         if self._privacy_unit is None:
             # One row is one person, and rows are not bounded: a lookup key that repeats would turn
             # one private row into several. (Per person, the joined rows stay that person's rows.)
-            for join in plan.joins:
+            for join in compiled.query.joins:
                 if self._backend.has_repeated_keys(join.table, join.on):
                     raise InvalidParameterError(
                         "join",
@@ -424,6 +424,25 @@ class Session:
             f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "
             f"backend={self._backend.name!r}, remaining={self.remaining})"
         )
+
+
+def _open(backend: Backend, name: str, source: object, kind: str, parameter: str) -> dict[str, ColumnInfo]:
+    """Register ``source`` as table ``name`` and read its schema; a source the backend cannot open
+    is an InvalidParameterError naming ``parameter`` (the file, or the frame's type: never its rows)."""
+    try:
+        backend.register(name, source, kind)
+        return backend.schema(name)
+    except DPError:
+        raise
+    except Exception as error:  # noqa: BLE001 - any engine's reader error
+        shown = os.fspath(source) if isinstance(source, str | os.PathLike) else f"<{type(source).__name__}>"
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise InvalidParameterError(
+            parameter,
+            shown,
+            f"the {backend.name} backend cannot open it as a {kind} table ({type(error).__name__}: {reason}); "
+            "give a Parquet or CSV path, or a pandas / Arrow / Polars frame",
+        ) from None
 
 
 def _existing(path: str | os.PathLike[str]) -> str | os.PathLike[str]:

@@ -62,3 +62,18 @@ def test_risk_subcommand_json(capsys):
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row["epsilon0"] for row in rows] == [0.5, 0.6, 0.7]
     assert all(row["budget_with_risk"] < row["budget_without_risk"] for row in rows)
+
+
+def test_python_dash_m_dpkit_is_the_console_script():
+    """``python -m dpkit`` runs the CLI (it was 'No module named dpkit.__main__')."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "dpkit", "sample", "--mechanism", "geometric", "--scale", "2", "-n", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.split()) == 3 and all(word.lstrip("-").isdigit() for word in done.stdout.split())

@@ -39,16 +39,17 @@ lower bound in exact arithmetic), labelled ``certified = False``.
 
 Floating-point rounding. The FFT's rounding error is bounded a posteriori from the computed
 spectra under the standard error model of a floating-point FFT (Higham 2002, Sec. 24.1; see
-``_convolve``, doubled for safety) and that mass is moved to +inf. The forward transforms of
-repeated events run in extended precision where the platform has it (x86 long double, unit
-roundoff 2^-64), as a power c amplifies their error c times, and each distribution is centred
-before its transform so the powers' phases stay small. The queries' own sums (tail sums and a
-first-order recurrence over the grid) are rounded outward by a relative 2 (n + 2) u. The bound
-is worst-case (1e2 to 1e7 times the error measured against a long-double recomputation) yet
-small: the whole mass at +inf (truncations included) is 3e-13 for ten Gaussian events at
-discretization 1e-4 and 1e-10 for DP-SGD's 14,063 subsampled steps, so deltas down to about
-1e-11 (1e-9 for DP-SGD) are answered tightly. It replaced an allowance of 1e-15 per grid point,
-not a proved bound, under which every delta below about 5e-10 answered infinity.
+``_convolve``, doubled for safety) and that mass is moved to +inf. A power c amplifies relative
+errors c times, so for repeated events the forward transform and the power are taken in extended
+precision where the platform has it (x86 long double, unit roundoff 2^-64), and each
+distribution is centred first so the powers' phases stay small. The queries' own sums (tail sums
+and a first-order recurrence over the grid) are rounded outward by a relative 2 (n + 2) u. The
+bound is worst-case (1e2 to 1e7 times the error measured against a long-double recomputation)
+yet small: the whole mass at +inf is 2.6e-13 for ten Gaussian events at discretization 1e-4
+(mostly the inverse transform's bound) and 1.6e-11 for DP-SGD's 14,063 subsampled steps (mostly
+``tail_mass`` per step), so deltas down to about 1e-11 (1e-10 for DP-SGD) are answered tightly
+(``bench/accounting_tiny_delta.py``). It replaced an allowance of 1e-15 per grid point, not a
+proved bound, under which every delta below about 5e-10 answered infinity.
 """
 
 from __future__ import annotations
@@ -498,22 +499,23 @@ def _convolve(
 
     Each part is first rolled so that its mean sits at index 0 (the output is rolled back by the
     same total, exactly): its spectrum's phase is then small wherever its magnitude matters, which
-    keeps the rounding of the powers small. Forward transforms in ``forward_dtype``, the rest in
-    float64.
+    keeps the rounding of the powers small. For a part used c > 1 times the forward transform,
+    and the power wherever |Y^c| > e^-700, are taken in ``forward_dtype``; the rest in float64.
 
     Error model (entrywise, evaluated from the computed values; Higham 2002, Sec. 24.1): an FFT
     output errs by at most g sum|input| with g = stages * _FFT_STAGE_ERROR * u, since every output
     is a combination of the inputs with weights of modulus 1 through ``stages`` rounded
-    butterflies. So each spectrum entry Y_p is within E_p = g_fwd s_p + 2u |Y_p| of the exact DFT
-    (s_p = sum x_p; the second term is the cast to complex128). A product of powers then errs by
-    at most sum_p c_p E_p A_p^(c_p - 1) prod_{q != p} A_q^c_q with A = |Y| + E (the mean value
-    theorem), plus the rounding of the powers themselves (relative (c_p |log Y_p| + 4) u, computed
-    as exp(c log z)) and of the product; the inverse transform adds g (1/n) sum |Z| to each output
+    butterflies. So each spectrum entry Y_p is within E_p = g_fwd s_p (+ 2u |Y_p| where Y_p is
+    cast to complex128 before its power) of the exact DFT (s_p = sum x_p). A product of powers
+    then errs by at most sum_p c_p E_p A_p^(c_p - 1) prod_{q != p} A_q^c_q with A = |Y| + E (the
+    mean value theorem), plus the rounding of the powers themselves (relative (c_p |log Y_p| + 4)
+    u in their precision, computed as exp(c log z), and 2u for a cast) and of the product; the
+    inverse transform adds g (1/n) sum |Z| to each output
     and passes on (1/n) sum |dZ|. Every output is bounded alike, so ``width`` outputs err by at
     most ``width`` times that, doubled for safety. The bound is 1e3 to 1e7 times the error
     measured against a long-double recomputation (tests/accounting/test_pld.py), and still small:
-    about 3e-13 for ten Gaussian events at discretization 1e-4, 1e-10 for DP-SGD's 14,063
-    subsampled steps, with extended-precision forward transforms.
+    about 2.5e-13 for ten Gaussian events at discretization 1e-4, 6e-12 for DP-SGD's 14,063
+    subsampled steps (both directions), with extended-precision forward transforms and powers.
     """
     u = float(np.finfo(np.float64).eps) / 2
     stages = max(1, math.ceil(math.log2(n)))
@@ -531,12 +533,26 @@ def _convolve(
         forward = np.asarray(fft.rfft(np.roll(padded, -shift)))
         one = np.asarray(forward, dtype=np.complex128)
         magnitude = np.abs(one)
+        if c == 1:
+            error = np.full(len(one), g * total)  # the forward transform's error
+            pieces.append((magnitude, error, np.zeros(len(one)), c))
+            spectrum = one if spectrum is None else spectrum * one
+            shift_total += shift
+            continue
         with np.errstate(divide="ignore"):
-            log_size = np.abs(np.log(one))  # |log Y| = |ln|Y| + i arg Y| (inf where Y = 0)
-        # The forward transform's error, and the cast to complex128.
-        error = g_forward * total + 2 * u * magnitude if c > 1 else np.full(len(one), g * total)
-        pieces.append((magnitude, error, np.minimum(log_size, 1e300).astype(np.float64), c))
-        powered = one**c if c > 1 else one
+            log_size = np.minimum(np.abs(np.log(one)), 1e300)  # |log Y| = |ln|Y| + i arg Y|
+            # Where Y^c is within float64's range, the power is taken in the forward precision from
+            # the uncast Y (a power amplifies a relative error c times); elsewhere |Y^c| < e^-700
+            # and float64 is plenty.
+            wide = c * np.log(magnitude) > -700.0
+        powered = one**c
+        powered[wide] = np.asarray(forward[wide] ** c, dtype=np.complex128)
+        u_forward = float(np.finfo(forward.real.dtype).eps) / 2
+        # The forward transform's error, plus the cast to complex128 where Y itself was cast.
+        error = g_forward * total + np.where(wide, 0.0, 2 * u * magnitude)
+        # Relative error of the power (exp(c log z)), plus the cast of the power where it was wide.
+        relative = np.where(wide, (c * log_size + 4) * u_forward + 2 * u, (c * log_size + 4) * u)
+        pieces.append((magnitude, error, relative, c))
         spectrum = powered if spectrum is None else spectrum * powered
         shift_total += c * shift
     if spectrum is None:
@@ -565,8 +581,8 @@ def _rounding_bound(
     u: float,
     g: float,
 ) -> float:
-    """The bound of :func:`_convolve`: ``pieces`` hold per part |Y_p|, E_p, |log Y_p| and c_p;
-    ``result`` is |prod_p Y_p^c_p| as computed."""
+    """The bound of :func:`_convolve`: ``pieces`` hold per part |Y_p|, E_p, the relative rounding
+    error of the power Y_p^c_p and c_p; ``result`` is |prod_p Y_p^c_p| as computed."""
     # Each rfft entry m < n / 2 stands for two entries of the full spectrum (m and n - m).
     weights = np.full(len(result), 2.0)
     weights[0] = 1.0
@@ -576,13 +592,11 @@ def _rounding_bound(
         envelopes = [c * np.log(magnitude + error) for magnitude, error, _log, c in pieces]  # c ln A
     all_envelopes = np.sum(envelopes, axis=0)
     per_entry = (len(pieces) + 1) * u * result  # the products and the final multiplication
-    for (_magnitude, error, log_size, c), envelope in zip(pieces, envelopes, strict=True):
+    for (_magnitude, error, relative, c), envelope in zip(pieces, envelopes, strict=True):
         # c_p E_p A_p^(c_p - 1) prod_{q != p} A_q^c_q, in logs (no overflow).
         with np.errstate(divide="ignore"):
             slope = math.log(c) + all_envelopes - envelope / c + np.log(error)
-        per_entry = per_entry + np.exp(slope)
-        if c > 1:
-            per_entry = per_entry + (c * log_size + 4) * u * result
+        per_entry = per_entry + np.exp(slope) + relative * result  # and the power's own rounding
     propagated = float(np.sum(weights * per_entry))
     inverse = g * float(np.sum(weights * result))
     return _FFT_SAFETY * width * (propagated + inverse) / n

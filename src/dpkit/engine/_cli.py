@@ -90,7 +90,10 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
         low, colon, high = interval.partition(":")
         if not equals or not colon or not column:
             raise InvalidParameterError("--bounds", item, "must be COLUMN=LOW:HIGH, e.g. income=0:200000")
-        bounds[column] = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
+        pair = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
+        if column in bounds:
+            raise InvalidParameterError("--bounds", item, f"gives {column!r} twice; give each column once")
+        bounds[column] = pair
     return bounds
 
 
@@ -126,6 +129,10 @@ def _default_budget(args: argparse.Namespace) -> Guarantee:
     if args.rho is not None:
         return ApproxZCDP(args.rho, args.delta) if args.delta else ZCDP(args.rho)
     if args.epsilon is None:
+        if args.accuracy is None:
+            raise InvalidParameterError(
+                "--epsilon", None, "give the query's cost: --epsilon (and --delta), --rho, or --accuracy with --budget"
+            )
         raise InvalidParameterError("--budget", None, "is required with --accuracy (or give --epsilon)")
     if args.delta is not None and args.delta > 0:
         return ApproxDP(args.epsilon, args.delta)
@@ -149,6 +156,10 @@ def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any
         column, equals, values = item.partition("=")
         if not equals or not column or not values:
             raise InvalidParameterError("--keys", item, "must be COLUMN=V1,V2,... e.g. region=North,South")
+        if column in keys:  # a second list would silently replace the first
+            raise InvalidParameterError(
+                "--keys", item, f"gives {column!r} twice; list all its values once: {column}=V1,V2,..."
+            )
         info = columns.get(column)
         if info is None:
             raise InvalidParameterError("--keys", item, f"{column!r} is not a column; columns: {', '.join(columns)}")
@@ -230,6 +241,11 @@ class _ProgressBar:
 
 
 def _json_value(value: Any) -> Any:
+    """``value`` as strict JSON (RFC 8259 has no NaN or infinity: they become null), recursively."""
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, datetime.date | datetime.time):
@@ -294,10 +310,10 @@ def run_query(args: argparse.Namespace) -> int:
             report = {
                 "guarantee": repr(preview.guarantee),
                 "affordable": preview.affordable,
-                "remaining_after": repr(preview.remaining_after),
-                "statistics": [{k: _json_value(v) for k, v in row.items()} for row in preview.statistics],
+                "remaining_after": None if preview.remaining_after is None else repr(preview.remaining_after),
+                "statistics": list(preview.statistics),
             }
-            print(json.dumps(report, indent=2))
+            print(json.dumps(_json_value(report), indent=2, allow_nan=False))
         else:
             print(preview)
         return 0
@@ -306,9 +322,8 @@ def run_query(args: argparse.Namespace) -> int:
         result = session.release(args.sql, **contribution, **cost)
     if args.json:
         summary: dict[str, Any] = result.to_dict()
-        summary["rows"] = [{k: _json_value(v) for k, v in row.items()} for row in summary["rows"]]
         summary["remaining"] = repr(session.remaining)
-        print(json.dumps(summary, indent=2))
+        print(json.dumps(_json_value(summary), indent=2, allow_nan=False))
     else:
         unit = f"privacy unit {args.privacy_unit!r}" if args.privacy_unit else "privacy unit: one row"
         print(f"{session!r}\n{unit}; {result.description}\n")

@@ -39,9 +39,12 @@ The file is in SQLite's write-ahead-log mode with ``synchronous=FULL``: a commit
 to the WAL plus an fsync, so a committed debit survives ``kill -9`` and power loss, and a
 process killed mid-transaction leaves uncommitted frames that recovery ignores. WAL also lets
 readers (``dpkit budget``, :attr:`Ledger.remaining`) run without blocking a debit. Like all
-SQLite locking it needs a local file system (not NFS). Copy a live ledger with the SQLite
-backup API (or after every connection closed), never by copying the main file alone: its
-``-wal`` sidecar holds recent debits until a checkpoint.
+SQLite locking it needs a local file system (not NFS). Each debit is checkpointed into the main
+file right after its commit (PASSIVE, best effort: one that a reader's older snapshot blocks, or
+a process killed in between, leaves the debit in the WAL until a later checkpoint), so the main
+file alone rarely lags; still copy a live ledger with the SQLite backup API (or after every
+connection closed), never by copying the main file alone, and never delete a ``-wal`` sidecar:
+it can hold the newest debits, and a ledger without them reads as if they were never made.
 
 A new file is built under a temporary name and hard-linked into place, which fails if the name
 exists: when two processes create one path at once exactly one creates it, the other opens it,
@@ -114,9 +117,12 @@ _MIN_KEY_BYTES = 16
 #: How long a debit waits for other processes holding the write lock before giving up.
 _BUSY_TIMEOUT_S = 60.0
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_NOTADB = 5, 6, 26
+#: Access problems, not damage: SQLITE_PERM, SQLITE_READONLY, SQLITE_CANTOPEN, SQLITE_AUTH.
+_SQLITE_ACCESS = (3, 8, 14, 23)
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HEX32 = re.compile(r"[0-9a-f]{32}")
 _FRACTION = re.compile(r"(0|[1-9][0-9]*)/([1-9][0-9]*)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 _SCHEMA = (
     """CREATE TABLE ledger_meta (
@@ -387,9 +393,16 @@ def _check_budget(budget: object) -> Guarantee:
     return budget
 
 
-def _check_text(name: str, value: object, *, allow_empty: bool) -> str:
+def _check_text(name: str, value: object, *, allow_empty: bool, one_line: bool = False) -> str:
     if not isinstance(value, str) or (not allow_empty and not value.strip()):
         raise InvalidParameterError(name, value, "must be a string" + ("" if allow_empty else ", not empty"))
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (undecodable bytes from argv): SQLite cannot store them
+        raise InvalidParameterError(name, value, "must be Unicode text (it holds undecodable bytes)") from None
+    if one_line and _CONTROL.search(value):
+        # A name is printed as it is by `dpkit budget`: terminal escapes could hide or forge lines.
+        raise InvalidParameterError(name, value, "must be printable text (no control characters)")
     return value
 
 
@@ -459,9 +472,19 @@ def _is_busy(exc: sqlite3.Error) -> bool:
     return _error_code(exc) in (_SQLITE_BUSY, _SQLITE_LOCKED) or "locked" in text or "busy" in text
 
 
-def _unreadable(name: str, exc: sqlite3.Error) -> LedgerCorruptedError:
-    if _error_code(exc) == _SQLITE_NOTADB:
+def _unreadable(name: str, exc: sqlite3.Error) -> LedgerCorruptedError | InvalidParameterError:
+    code = _error_code(exc)
+    if code == _SQLITE_NOTADB:
         return LedgerCorruptedError(f"{name} is not a SQLite database ({exc})")
+    if code in _SQLITE_ACCESS:
+        # Refused all the same (never read as a full budget), but named as what it is: a damaged
+        # ledger and one this user may not write call for different actions.
+        return InvalidParameterError(
+            "ledger",
+            name,
+            f"cannot be opened ({exc}): dpkit needs read and write access to the ledger file and to its "
+            "directory, where SQLite keeps the -wal and -shm files beside it",
+        )
     return LedgerCorruptedError(f"{name} cannot be read: {exc}")
 
 
@@ -514,19 +537,25 @@ def _create_file(path: Path, budget: Guarantee, key: bytes | None) -> None:
     directory = path.parent
     if not directory.is_dir():
         raise InvalidParameterError("path", str(path), f"its directory {str(directory)!r} must exist")
-    temporary = directory / f".{path.name}.{secrets.token_hex(8)}.creating"
+    # Short enough that any legal ``path`` gives a legal temporary name (NAME_MAX is 255 bytes).
+    temporary = directory / f".{path.name[:64]}.{secrets.token_hex(8)}.creating"
     try:
-        connection = _connect(str(temporary))
         try:
-            connection.execute("PRAGMA journal_mode = WAL")
-            _initialise(connection, budget, key)
-        finally:
-            connection.close()  # the last connection checkpoints the WAL into the file and removes it
-        descriptor = os.open(temporary, os.O_RDONLY)
-        try:
-            os.fsync(descriptor)
-        finally:
-            os.close(descriptor)
+            connection = _connect(str(temporary))
+            try:
+                connection.execute("PRAGMA journal_mode = WAL")
+                _initialise(connection, budget, key)
+            finally:
+                connection.close()  # the last connection checkpoints the WAL into the file and removes it
+            descriptor = os.open(temporary, os.O_RDONLY)
+            try:
+                os.fsync(descriptor)
+            finally:
+                os.close(descriptor)
+        except (sqlite3.Error, OSError) as exc:
+            raise InvalidParameterError(
+                "path", str(path), f"cannot create a ledger there ({exc}): its directory must be writable"
+            ) from None
         try:
             # link() never replaces an existing name: exactly one racing creator wins.
             os.link(temporary, path)
@@ -593,7 +622,9 @@ class Ledger:
         self._path = _check_path(path)
         if budget is not None:
             _check_budget(budget)
-        self._analyst = _default_analyst() if analyst is None else _check_text("analyst", analyst, allow_empty=False)
+        self._analyst = (
+            _default_analyst() if analyst is None else _check_text("analyst", analyst, allow_empty=False, one_line=True)
+        )
         self._key = _resolve_key(key)
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
@@ -691,7 +722,7 @@ class Ledger:
         """
         charge = _charge(cost, self.budget)
         text = _check_text("description", description, allow_empty=True)
-        who = self._analyst if analyst is None else _check_text("analyst", analyst, allow_empty=False)
+        who = self._analyst if analyst is None else _check_text("analyst", analyst, allow_empty=False, one_line=True)
 
         def debit(connection: sqlite3.Connection) -> tuple[LedgerEntry, _Position]:
             position = self._check_tail(connection)
@@ -732,6 +763,7 @@ class Ledger:
         with self._lock:
             entry, position = self._transaction(debit, immediate=True)
             self._position = position  # only once the commit succeeded
+            self._checkpoint()
         return entry
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -772,6 +804,21 @@ class Ledger:
                 "ledger", self._name, f"was opened in process {self._pid}; open a new Ledger in this process"
             )
         return self._connection
+
+    def _checkpoint(self) -> None:
+        """Copy committed debits from the WAL into the main file, best effort.
+
+        A commit is durable once it is in the WAL, but until a checkpoint only the ``-wal``
+        sidecar holds it: a copy of the main file alone, or a sidecar lost after a crash, would
+        read as a budget with those debits never made. PASSIVE waits for no one; a checkpoint
+        that cannot finish now (a reader holds an older snapshot) is completed by a later one.
+        """
+        if self._path is None or self._connection is None:
+            return
+        try:
+            self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        except sqlite3.Error:
+            pass
 
     def _transaction(self, work: Callable[[sqlite3.Connection], _T], *, immediate: bool) -> _T:
         """Run ``work`` in one transaction, retrying while another process holds the lock."""

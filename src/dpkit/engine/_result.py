@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, SupportsIndex
 
 from dpkit.engine._plan import Contribution
 from dpkit.guarantees import Guarantee
@@ -32,6 +33,68 @@ def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
     return "\n".join(lines)
 
 
+def _refuse(self: object, *args: object, **kwargs: object) -> NoReturn:
+    raise TypeError(f"a released {type(self).__name__} is read-only: copy it (list(...), dict(...)) to change it")
+
+
+class ReadOnlyList(list[Any]):
+    """A list that refuses every change: a released column reads and compares as a list, as before."""
+
+    __setitem__ = __delitem__ = __iadd__ = __imul__ = _refuse
+    append = extend = insert = pop = remove = clear = sort = reverse = _refuse
+
+    def __init__(self, values: Iterable[Any] = ()) -> None:
+        list.__init__(self, values)
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickles and copies rebuild it without list.extend
+        return (type(self), (list(self),))
+
+    def copy(self) -> list[Any]:
+        return list(self)
+
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:  # type: ignore[override]
+        item = list.__getitem__(self, index)
+        return list(item) if isinstance(index, slice) else item
+
+
+class ReadOnlyDict(dict[str, Any]):
+    """A dict that refuses every change (a released column mapping, split entry or bounds)."""
+
+    __setitem__ = __delitem__ = __ior__ = _refuse
+    update = pop = popitem = clear = setdefault = _refuse
+
+    def __init__(self, items: Any = ()) -> None:
+        dict.__init__(self, items)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (dict(self),))
+
+    def copy(self) -> dict[str, Any]:
+        return dict(self)
+
+
+def _frozen(value: Any) -> Any:
+    """A read-only deep copy of a released structure (lists, tuples and dicts of plain values)."""
+    if isinstance(value, dict):
+        return ReadOnlyDict({key: _frozen(item) for key, item in value.items()})
+    if isinstance(value, list):
+        return ReadOnlyList(_frozen(item) for item in value)
+    if isinstance(value, tuple):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    """A plain, mutable deep copy (what a Result hands out), with NaN and infinity as None (JSON has neither)."""
+    if isinstance(value, dict):
+        return {key: _thawed(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_thawed(item) for item in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
 @dataclass(frozen=True)
 class Result:
     """A released query: noisy values, (1 - alpha) confidence intervals, and what it cost.
@@ -55,38 +118,53 @@ class Result:
     description: str
     entry_index: int | None = None
 
+    def __post_init__(self) -> None:
+        # What was released is what is reported: the columns, split and bounds are read-only
+        # copies, so neither the caller nor code holding the inputs can change them afterwards.
+        for name in ("columns", "budget_split", "bounds"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    def _plain_columns(self) -> dict[str, list[Any]]:
+        return {name: list(values) for name, values in self.columns.items()}
+
     def to_pandas(self) -> Any:
-        """The result as a pandas DataFrame."""
+        """The result as a pandas DataFrame (a copy: changing it leaves the result as released)."""
         import pandas as pd
 
-        return pd.DataFrame(self.columns)
+        return pd.DataFrame(self._plain_columns())
 
     def to_arrow(self) -> Any:
         """The result as a pyarrow Table."""
         import pyarrow as pa
 
-        return pa.table(self.columns)
+        return pa.table(self._plain_columns())
 
     def to_polars(self) -> Any:
         """The result as a Polars DataFrame."""
         import polars as pl
 
-        return pl.DataFrame(self.columns)
+        return pl.DataFrame(self._plain_columns())
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary: rows, cost, split, bounds and contribution limits."""
+        """A JSON-ready summary (NaN and infinity as None): rows, cost, split, bounds and contribution limits."""
         names = list(self.columns)
         rows = [dict(zip(names, values, strict=True)) for values in zip(*self.columns.values(), strict=True)]
+        summary: dict[str, Any] = _thawed(
+            {
+                "rows": rows,
+                "alpha": self.alpha,
+                "bounds": {k: list(v) for k, v in self.bounds.items()},
+                "budget_split": [dict(s) for s in self.budget_split],
+            }
+        )
         return {
-            "rows": [
-                {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()} for row in rows
-            ],
+            "rows": summary["rows"],
             "guarantee": repr(self.guarantee),
-            "alpha": self.alpha,
+            "alpha": summary["alpha"],
             "rows_per_group": self.contribution.rows_per_group,
             "groups_per_person": self.contribution.groups_per_person,
-            "bounds": {k: list(v) for k, v in self.bounds.items()},
-            "budget_split": [dict(s) for s in self.budget_split],
+            "bounds": summary["bounds"],
+            "budget_split": summary["budget_split"],
         }
 
     def __len__(self) -> int:

@@ -132,20 +132,14 @@ class Session:
                 raise InvalidParameterError(
                     "budget", checked_budget, f"differs from the ledger's budget {ledger.budget}"
                 )
-            self._ledger = ledger
-        else:
-            if ledger is None and checked_budget is None:
-                raise InvalidParameterError("budget", None, "give a budget (or a ledger file that stores one)")
-            self._ledger = Ledger(ledger, checked_budget, analyst=analyst)
-        if self._ledger.budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # a ledger file's own budget
-            stored = self._ledger.budget
-            if not isinstance(ledger, Ledger):
-                self._ledger.close()
-            raise InvalidParameterError("ledger", stored, _ADD_REMOVE_ONLY)
+        elif ledger is None and checked_budget is None:
+            raise InvalidParameterError("budget", None, "give a budget (or a ledger file that stores one)")
         self._analyst = analyst
         self._backend: Backend = make_backend(backend)
         self._name = name
         self._privacy_unit = privacy_unit
+        # The tables are opened (schema only) before the ledger: a session refused for its source,
+        # a public table or its privacy unit leaves no new ledger file (holding this budget) behind.
         self._columns = _open(self._backend, name, source, kind, "source")
         self._public: dict[str, dict[str, ColumnInfo]] = {}
         for table, table_source in (public_tables or {}).items():
@@ -154,6 +148,12 @@ class Session:
             raise InvalidParameterError(
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
             )
+        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger, checked_budget, analyst=analyst)
+        if self._ledger.budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # a ledger file's own budget
+            stored = self._ledger.budget
+            if not isinstance(ledger, Ledger):
+                self._ledger.close()
+            raise InvalidParameterError("ledger", stored, _ADD_REMOVE_ONLY)
         self._lock = threading.Lock()
         # One backend connection serves the session: queries from several threads take turns, so
         # none fails after its debit because the connection was busy.

@@ -209,9 +209,16 @@ def _budget(args: argparse.Namespace) -> int:
     print(f"remaining: {_guarantee_text(remaining)}")
     print(f"entries:   {len(entries)}")
     for entry in entries:
-        description = " ".join(entry.description.split())  # one line per entry
-        print(f"  {entry.index:>5}  {entry.time}  {entry.analyst}  {_guarantee_text(entry.cost)}  {description}")
+        description = _printable(" ".join(entry.description.split()))  # one line per entry
+        analyst = _printable(entry.analyst)
+        print(f"  {entry.index:>5}  {entry.time}  {analyst}  {_guarantee_text(entry.cost)}  {description}")
     return 0
+
+
+def _printable(text: str) -> str:
+    """``text`` with every non-printable character escaped (a query's text could hold terminal
+    escapes that hide or forge lines of the report)."""
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in text)
 
 
 def _as_approx(guarantee: Any, delta: float | None) -> Any:

@@ -135,3 +135,14 @@ def test_a_keyed_ledger_reads_its_key_from_the_environment(
     assert main(["budget", "--ledger", str(path)]) == 0
     out = capsys.readouterr().out
     assert "remaining: PureDP(epsilon=1.6666666666666667)" in out
+
+
+def test_terminal_escapes_in_a_query_are_shown_escaped(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A query's text is stored as given; printed raw, an escape sequence could hide or forge report lines."""
+    path = tmp_path / "escapes.db"
+    with Ledger(path, PureDP(1.0), analyst="alice") as ledger:
+        ledger.reserve(PureDP(0.5), description="SELECT 1\x1b[2K\x1b[1A  forged line\x07")
+    assert main(["budget", "--ledger", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert out.splitlines()[-1].endswith("SELECT 1\\x1b[2K\\x1b[1A forged line\\x07")

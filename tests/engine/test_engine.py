@@ -940,3 +940,22 @@ def test_released_private_keys_are_in_one_order_whatever_their_types():
     for keys in cases:
         indices = list(range(len(keys)))
         assert _in_key_order(keys, indices) == sorted(indices, key=lambda i: _sort_key(keys[i])), keys
+
+
+def test_laplace_with_public_keys_is_not_charged_an_unused_delta(people):
+    """Laplace noise is pure DP: a delta given to a public-key query pays for nothing and is not debited
+    (it was: the ledger lost 1e-6 per query). With private keys the delta pays for key selection."""
+    s = session(people, budget=dpkit.ApproxDP(10.0, 1e-5))
+    public = (
+        s.table()
+        .group_by("region", keys=sorted(people["region"].unique()))
+        .agg(n=E.count())
+        .release(epsilon=1.0, delta=1e-6, rng=InsecureSeededRandom(4))
+    )
+    assert public.guarantee == dpkit.ApproxDP(1.0, 0.0)
+    assert s.remaining == dpkit.ApproxDP(9.0, 1e-5)
+    private = (
+        s.table().group_by("region").agg(n=E.count()).release(epsilon=1.0, delta=1e-6, rng=InsecureSeededRandom(5))
+    )
+    assert private.guarantee == dpkit.ApproxDP(1.0, 1e-6)
+    assert s.remaining == dpkit.ApproxDP(8.0, 9e-6)

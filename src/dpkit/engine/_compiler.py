@@ -830,11 +830,14 @@ def _allocate(
         eps = request.epsilon or Fraction(0)
         shares = {key: eps * f for key, f in fractions.items()}
         selection_epsilon = shares[selection_key] if selection else None
+        # Laplace noise is pure DP: delta pays for private key selection only, and is not
+        # charged when the keys are public (the query then costs (epsilon, 0)).
+        selection_delta = request.delta if selection else Fraction(0)
         if isinstance(context.budget, PureDP):
             cost = PureDP(eps, relation)  # type: ignore[arg-type]
         else:
-            cost = ApproxDP(eps, request.delta, relation)  # type: ignore[arg-type]
-        return shares, selection_epsilon, Fraction(0), request.delta if selection else Fraction(0), cost
+            cost = ApproxDP(eps, selection_delta, relation)  # type: ignore[arg-type]
+        return shares, selection_epsilon, Fraction(0), selection_delta, cost
     if isinstance(context.budget, ZCDP):
         rho = request.rho or Fraction(0)
         return {key: rho * f for key, f in fractions.items()}, None, Fraction(0), Fraction(0), ZCDP(rho, relation)  # type: ignore[arg-type]

@@ -95,10 +95,44 @@ class LowBitResult:
 
 
 def _check_release(release: Any) -> None:
+    if isinstance(release, type):  # a class is callable, but calling it builds a mechanism, not an output
+        raise InvalidParameterError(
+            "release", release, "must be a Mechanism instance (e.g. Laplace(sensitivity=1, epsilon=1)), not a class"
+        )
     if not (isinstance(release, Mechanism) or callable(release)):
         raise InvalidParameterError(
             "release", release, "must be a dpkit Mechanism or a callable (value, rng) -> output"
         )
+
+
+def _check_events(events: Any) -> list[_Candidate] | None:
+    """The user's events as candidates, checked before anything is drawn."""
+    if events is None:
+        return None
+    allowed = "must be None or a non-empty sequence of (description, predicate) pairs"
+    if isinstance(events, str | bytes) or not isinstance(events, Sequence) or len(events) == 0:
+        raise InvalidParameterError("events", events, allowed)
+    candidates = []
+    for event in events:
+        if not isinstance(event, tuple | list) or len(event) != 2 or not callable(event[1]):
+            raise InvalidParameterError("events", event, allowed)
+        candidates.append(_Candidate(str(event[0]), event[1]))
+    return candidates
+
+
+def _hits(candidate: _Candidate, values: NDArray[Any], user: bool) -> int:
+    """How many samples fall in the event; a user predicate must give one boolean per sample."""
+    mask = candidate.predicate(values)
+    if user:
+        mask = np.asarray(mask)
+        if mask.dtype.kind != "b" or mask.shape != (values.shape[0],):
+            raise InvalidParameterError(
+                "events",
+                candidate.description,
+                f"each predicate must return a boolean mask of shape ({values.shape[0]},), one entry per sample; "
+                f"got {type(mask).__name__} of dtype {mask.dtype} and shape {mask.shape}",
+            )
+    return int(np.count_nonzero(mask))
 
 
 def _draw(release: Any, value: Any, count: int, source: RandomSource, vectorized: bool) -> NDArray[Any]:
@@ -199,7 +233,9 @@ def _compare(operator: Any, cut: Any) -> Callable[[NDArray[Any]], NDArray[np.boo
     return predicate
 
 
-def _show(value: Any) -> str:
+def _show(value: Any, labels: NDArray[Any] | None = None) -> str:
+    if labels is not None:  # value is the code of a label: show the label
+        value = labels[int(value)]
     return repr(value.item() if isinstance(value, np.generic) else value)
 
 
@@ -219,12 +255,14 @@ def _select_event(
     evaluation_size: int,
     alpha: float,
     delta: float,
-    events: Sequence[Event] | None,
+    events: list[_Candidate] | None,
+    labels: NDArray[Any] | None = None,
 ) -> tuple[_Candidate, str]:
     """The candidate event and direction with the best predicted lower bound on the selection half.
 
     The prediction is the bound the evaluation half would give if its frequencies equalled the
     selection half's: the plug-in log ratio, discounted for the sampling error of rare events.
+    ``labels`` (for coded label outputs) names each code in the event descriptions.
     """
     n_sel = stat_a.shape[0]
     scale = evaluation_size / n_sel
@@ -232,26 +270,26 @@ def _select_event(
     count_a: list[NDArray[np.float64]] = []
     count_b: list[NDArray[np.float64]] = []
     if events is not None:
-        for description, predicate in events:
-            candidates.append(_Candidate(str(description), predicate))
-            count_a.append(np.array([np.count_nonzero(predicate(stat_a))], dtype=np.float64))
-            count_b.append(np.array([np.count_nonzero(predicate(stat_b))], dtype=np.float64))
+        for candidate in events:
+            candidates.append(candidate)
+            count_a.append(np.array([_hits(candidate, stat_a, True)], dtype=np.float64))
+            count_b.append(np.array([_hits(candidate, stat_b, True)], dtype=np.float64))
     else:
         sorted_a, sorted_b = np.sort(stat_a), np.sort(stat_b)
         cuts = _threshold_cuts(np.sort(np.concatenate([sorted_a, sorted_b])))
         # {y >= c}
         for c in cuts:
-            candidates.append(_Candidate(f"output >= {_show(c)}", _compare(np.greater_equal, c)))
+            candidates.append(_Candidate(f"output >= {_show(c, labels)}", _compare(np.greater_equal, c)))
         count_a.append((n_sel - np.searchsorted(sorted_a, cuts, side="left")).astype(np.float64))
         count_b.append((n_sel - np.searchsorted(sorted_b, cuts, side="left")).astype(np.float64))
         # {y <= c}
         for c in cuts:
-            candidates.append(_Candidate(f"output <= {_show(c)}", _compare(np.less_equal, c)))
+            candidates.append(_Candidate(f"output <= {_show(c, labels)}", _compare(np.less_equal, c)))
         count_a.append(np.searchsorted(sorted_a, cuts, side="right").astype(np.float64))
         count_b.append(np.searchsorted(sorted_b, cuts, side="right").astype(np.float64))
         if cuts.size <= _MAX_SINGLETONS:
             for c in cuts:
-                candidates.append(_Candidate(f"output == {_show(c)}", _compare(np.equal, c)))
+                candidates.append(_Candidate(f"output == {_show(c, labels)}", _compare(np.equal, c)))
             count_a.append(
                 (np.searchsorted(sorted_a, cuts, side="right") - np.searchsorted(sorted_a, cuts, side="left")).astype(
                     np.float64
@@ -330,7 +368,10 @@ def estimate_epsilon(
         makes the audit reproducible. Default: the secure source.
     events:
         Optional candidate events, as ``(description, predicate)`` pairs whose predicate maps
-        the array of per-sample statistics to a boolean mask; they replace the automatic ones.
+        the array of per-sample statistics (as the release returned them, labels included) to a
+        boolean mask with one entry per sample; they replace the automatic ones. Automatic
+        events on label outputs (strings, ...) are thresholds on the labels' sorted order and
+        single labels, described by label.
     statistic:
         Maps the stacked outputs (first axis = samples) to one real number per sample; the
         default is the output itself, or the first coordinate of a vector output.
@@ -351,6 +392,7 @@ def estimate_epsilon(
     n = check_integer("samples", samples, minimum=100)
     alpha_ = check_probability("alpha", alpha, open_low=True, open_high=True)
     delta_ = check_delta(delta)
+    user_events = _check_events(events)
     fraction = check_probability("selection_fraction", selection_fraction, open_low=True, open_high=True)
     n_sel = min(max(1, int(round(n * fraction))), n - 1)
     if statistic is not None and not callable(statistic):
@@ -359,17 +401,26 @@ def estimate_epsilon(
 
     stat_a = _to_statistic(_draw(release, input_a, n, source, vectorized), statistic)
     stat_b = _to_statistic(_draw(release, input_b, n, source, vectorized), statistic)
-    if stat_a.dtype.kind == "b":
-        stat_a, stat_b = stat_a.astype(np.int64), stat_b.astype(np.int64)
-    if stat_a.dtype.kind not in "iuf" or stat_b.dtype.kind not in "iuf":
-        # Labels of any other kind: code them jointly; single-value events stay meaningful.
-        _, codes = np.unique(np.concatenate([stat_a, stat_b]), return_inverse=True)
-        stat_a, stat_b = codes[:n], codes[n:]
+    labels = None
+    if user_events is None:  # the automatic events order the outputs; user predicates see them as they are
+        if stat_a.dtype.kind == "b":
+            stat_a, stat_b = stat_a.astype(np.int64), stat_b.astype(np.int64)
+        if stat_a.dtype.kind not in "iuf" or stat_b.dtype.kind not in "iuf":
+            # Labels of any other kind: code them by their sorted order (a threshold on a code is a
+            # threshold on the label); single-value events stay meaningful; events are named by label.
+            try:
+                labels, codes = np.unique(np.concatenate([stat_a, stat_b]), return_inverse=True)
+            except TypeError as exc:
+                raise InvalidParameterError(
+                    "release", release, "must return numbers, booleans or labels that can be sorted (e.g. strings)"
+                ) from exc
+            stat_a, stat_b = codes[:n], codes[n:]
 
     n_eval = n - n_sel
-    chosen, direction = _select_event(stat_a[:n_sel], stat_b[:n_sel], n_eval, alpha_, delta_, events)
-    hits_a = float(np.count_nonzero(chosen.predicate(stat_a[n_sel:])))
-    hits_b = float(np.count_nonzero(chosen.predicate(stat_b[n_sel:])))
+    chosen, direction = _select_event(stat_a[:n_sel], stat_b[:n_sel], n_eval, alpha_, delta_, user_events, labels)
+    user = user_events is not None
+    hits_a = float(_hits(chosen, stat_a[n_sel:], user))
+    hits_b = float(_hits(chosen, stat_b[n_sel:], user))
     half = alpha_ / 2.0
     interval_a = (float(_cp_lower(hits_a, n_eval, half)), float(_cp_upper(hits_a, n_eval, half)))
     interval_b = (float(_cp_lower(hits_b, n_eval, half)), float(_cp_upper(hits_b, n_eval, half)))
@@ -389,6 +440,18 @@ def estimate_epsilon(
 
 
 _ZERO = np.iinfo(np.int64).min  # the lowest-bit category of the output 0
+
+
+def _float_outputs(release: Any, outputs: NDArray[Any]) -> NDArray[np.float64]:
+    """The outputs as finite floats: NaN and infinities have no lowest set bit to compare."""
+    if outputs.dtype.kind not in "iuf":
+        raise InvalidParameterError("release", release, f"must return real numbers; got dtype {outputs.dtype}")
+    values = outputs.astype(np.float64)
+    if not np.all(np.isfinite(values)):
+        raise InvalidParameterError(
+            "release", release, "returned NaN or infinite outputs: the low-bit test needs finite numbers"
+        )
+    return values
 
 
 def _lowest_bit_exponents(values: NDArray[Any]) -> NDArray[np.int64]:
@@ -455,8 +518,8 @@ def low_bit_test(
     # differ by the e^epsilon factor; below it a correct release's bits are translation invariant.
     cutoff = math.floor(math.log2(gap))
     source = resolve_source(rng)
-    bits_a = _lowest_bit_exponents(_draw(release, inputs[0], n, source, vectorized))
-    bits_b = _lowest_bit_exponents(_draw(release, inputs[1], n, source, vectorized))
+    bits_a = _lowest_bit_exponents(_float_outputs(release, _draw(release, inputs[0], n, source, vectorized)))
+    bits_b = _lowest_bit_exponents(_float_outputs(release, _draw(release, inputs[1], n, source, vectorized)))
     bits_a = np.where(bits_a >= cutoff, cutoff, bits_a)  # zero's sentinel is below every cutoff...
     bits_b = np.where(bits_b >= cutoff, cutoff, bits_b)
     bits_a[bits_a == _ZERO] = cutoff  # ...so pool it explicitly
@@ -500,7 +563,13 @@ def on_grid(outputs: Any, exponent: int) -> bool:
     False
     """
     k = check_integer("exponent", exponent)
-    values = np.asarray(outputs, dtype=np.float64)
+    try:
+        values = np.asarray(outputs)
+    except (TypeError, ValueError) as exc:  # ragged
+        raise InvalidParameterError("outputs", outputs, "must be a regular array of real numbers") from exc
+    if values.dtype.kind not in "iuf":
+        raise InvalidParameterError("outputs", outputs, "must be real numbers")
+    values = values.astype(np.float64)
     if not np.all(np.isfinite(values)):
         return False
     scaled = np.ldexp(values, -k)  # exact unless it underflows, which then fails the check

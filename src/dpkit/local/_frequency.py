@@ -48,12 +48,21 @@ class LocalReports:
     """The reports of n people, tagged with the oracle and parameters that produced them.
 
     ``data`` holds one row per person: category indices (k-RR, Hadamard response), bit vectors
-    (unary encodings) or (a, b, bucket) triples (OLH). Estimators refuse reports whose tag differs.
+    (unary encodings) or (a, b, bucket) triples (OLH). Estimators refuse reports whose tag differs,
+    and reports whose data lie outside the oracle's output domain (a forged or corrupted message is
+    refused with :class:`dpkit.InvalidParameterError`, never decoded into a wrong count).
     """
 
     oracle: str
     parameters: tuple[Any, ...]
     data: NDArray[Any]
+
+    def __post_init__(self) -> None:
+        # Reports built by a collector from received messages may arrive as lists; the estimators
+        # check their shape and output domain (a forged or corrupted report is refused, not decoded).
+        object.__setattr__(self, "data", _as_array("data", self.data, "must be a regular array of reports"))
+        if self.data.ndim == 0:
+            raise InvalidParameterError("data", self.data, "must hold one report per row, not a scalar")
 
     def __len__(self) -> int:
         return int(self.data.shape[0])
@@ -61,9 +70,50 @@ class LocalReports:
     @staticmethod
     def concatenate(parts: list[LocalReports]) -> LocalReports:
         """Join report batches of one oracle (for chunked collection)."""
-        if not parts or any(p.oracle != parts[0].oracle or p.parameters != parts[0].parameters for p in parts):
-            raise InvalidParameterError("parts", len(parts), "must be a non-empty list of reports of one oracle")
-        return LocalReports(parts[0].oracle, parts[0].parameters, np.concatenate([p.data for p in parts]))
+        allowed = "must be a non-empty list of reports of one oracle, with rows of one shape"
+        if not parts or not all(isinstance(p, LocalReports) for p in parts):
+            raise InvalidParameterError("parts", parts, allowed)
+        first = parts[0]
+        if any(
+            p.oracle != first.oracle or p.parameters != first.parameters or p.data.shape[1:] != first.data.shape[1:]
+            for p in parts
+        ):
+            raise InvalidParameterError("parts", [f"{p.oracle}{p.parameters}{p.data.shape}" for p in parts], allowed)
+        return LocalReports(first.oracle, first.parameters, np.concatenate([p.data for p in parts]))
+
+
+def _as_array(name: str, values: Any, allowed: str) -> NDArray[Any]:
+    """np.asarray(values), with a ragged input refused by name instead of numpy's ValueError."""
+    try:
+        return np.asarray(values)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError(name, values, allowed) from exc
+
+
+def _one_value_per_person(name: str, values: Any, allowed: str) -> NDArray[Any]:
+    """``values`` as a 1-d array (a scalar is one person; an empty list is an empty batch of integers).
+
+    A 2-d input is refused: read as one report per entry, it would give each person (a row) one
+    report per column, each spending the full epsilon.
+    """
+    array = _as_array(name, values, allowed)
+    if array.ndim > 1:
+        raise InvalidParameterError(name, values, f"{allowed}, as a scalar or a 1-d array (one value per person)")
+    if array.size == 0 and array.dtype.kind == "f":
+        return np.zeros(0, dtype=np.int64)
+    return array.reshape(-1)
+
+
+def _check_report_range(data: NDArray[Any], low: Any, high: Any, what: str) -> NDArray[np.int64]:
+    """Integer report data with ``low <= data < high`` (per column when low and high are arrays)."""
+    allowed = f"must hold {what}"
+    if data.dtype.kind not in "iu":
+        raise InvalidParameterError("reports", f"data of dtype {data.dtype}", allowed)
+    outside = (data < low) | (data >= high)
+    if np.any(outside):
+        row = int(np.flatnonzero(outside.reshape(data.shape[0], -1).any(axis=1))[0])
+        raise InvalidParameterError("reports", f"row {row}: {data[row].tolist()}", allowed)
+    return data.astype(np.int64)
 
 
 def _normal_quantile(alpha: float) -> float:
@@ -118,13 +168,13 @@ class FrequencyOracle(LocalRandomizer, ABC):
         return (self._k, self._epsilon)
 
     def _values(self, values: Any) -> NDArray[np.int64]:
-        array = np.asarray(values)
         allowed = f"must be integer category indices in 0..{self._k - 1}"
+        array = _one_value_per_person("values", values, allowed)
         if array.dtype.kind not in "iu" or isinstance(values, bool | np.bool_):
             raise InvalidParameterError("values", values, allowed)
         if array.size and (array.min() < 0 or array.max() >= self._k):
             raise InvalidParameterError("values", values, allowed)
-        return array.astype(np.int64).reshape(-1)
+        return array.astype(np.int64)
 
     def _reports(self, reports: Any) -> NDArray[Any]:
         if not isinstance(reports, LocalReports):
@@ -138,7 +188,12 @@ class FrequencyOracle(LocalRandomizer, ABC):
         return reports.data
 
     def randomize(self, values: Any, rng: RandomSource | None = None) -> LocalReports:
-        """One eps-LDP report per value (category indices 0..k-1; a client passes its one value)."""
+        """One eps-LDP report per value (category indices 0..k-1; a client passes its one value).
+
+        ``values``: a scalar or a 1-d array, one value per person (a 2-d input is refused: it would
+        give a person one report, and one epsilon, per column). ``rng``: the secure source by
+        default; :class:`dpkit.noise.InsecureSeededRandom` is for tests only.
+        """
         data = self._randomize(self._values(values), resolve_source(rng))
         return LocalReports(self.name, self._parameters(), data)
 
@@ -154,7 +209,9 @@ class FrequencyOracle(LocalRandomizer, ABC):
     def estimate(self, reports: LocalReports) -> NDArray[np.float64]:
         """Unbiased estimates of the number of people in each category (they sum to n in expectation).
 
-        c_v = (C_v - n q) / (p - q) (Wang et al. 2017, Sec. 3); estimates can be negative.
+        c_v = (C_v - n q) / (p - q) (Wang et al. 2017, Sec. 3); estimates can be negative. Post-processing
+        of eps-LDP reports: no further privacy cost. Reports from another oracle or parameters, or
+        outside this oracle's output domain, are refused.
         """
         counts = self.support_counts(reports)
         n = len(reports)
@@ -172,9 +229,13 @@ class FrequencyOracle(LocalRandomizer, ABC):
         base = m * self.q * self._one_minus_q / gap / gap
         if true_count is None:
             return base
-        nv = np.asarray(true_count, dtype=np.float64)
+        allowed = f"must be a number or an array of numbers in [0, n={m}]"
+        counts = _as_array("true_count", true_count, allowed)
+        if counts.dtype.kind not in "iuf" or isinstance(true_count, bool | np.bool_):
+            raise InvalidParameterError("true_count", true_count, allowed)
+        nv = counts.astype(np.float64)
         if not np.all(np.isfinite(nv)) or np.any(nv < 0) or np.any(nv > m):
-            raise InvalidParameterError("true_count", true_count, f"must be in [0, n={m}]")
+            raise InvalidParameterError("true_count", true_count, allowed)
         result = base + nv * self._one_minus_p_minus_q / gap
         return float(result) if nv.ndim == 0 else result
 
@@ -256,6 +317,7 @@ class KRR(FrequencyOracle):
         data = self._reports(reports)
         if data.ndim != 1:
             raise InvalidParameterError("reports", data.shape, "must be a 1-d array of categories")
+        data = _check_report_range(data, 0, self._k, f"integer categories in 0..{self._k - 1}")
         return np.bincount(data, minlength=self._k)
 
     def transition_matrix(self) -> NDArray[np.float64]:
@@ -289,6 +351,8 @@ class _UnaryEncoding(FrequencyOracle):
         data = self._reports(reports)
         if data.ndim != 2 or data.shape[1] != self._k:
             raise InvalidParameterError("reports", data.shape, f"must be an (n, {self._k}) bit matrix")
+        if data.dtype.kind != "b":
+            data = _check_report_range(data, 0, 2, "bits (booleans, or integers 0 and 1)")
         return np.count_nonzero(data, axis=0).astype(np.int64)
 
     def transition_matrix(self) -> NDArray[np.float64]:
@@ -491,6 +555,13 @@ class OLH(FrequencyOracle):
         data = self._reports(reports)
         if data.ndim != 2 or data.shape[1] != 3:
             raise InvalidParameterError("reports", data.shape, "must be an (n, 3) array of (a, b, bucket)")
+        # a = 0 would make the hash constant: one such report would support every category at once
+        data = _check_report_range(
+            data,
+            np.array([1, 0, 0]),
+            np.array([self._prime, self._prime, self._g]),
+            f"integer (a, b, bucket) with 1 <= a < {self._prime}, 0 <= b < {self._prime}, 0 <= bucket < {self._g}",
+        )
         cells = (self._prime - 1) * self._prime * self._g
         if cells <= 2**24 and data.shape[0] * self._k > 8 * cells:
             return self._support_grouped(data)
@@ -615,6 +686,7 @@ class HadamardResponse(FrequencyOracle):
         data = self._reports(reports)
         if data.ndim != 1:
             raise InvalidParameterError("reports", data.shape, "must be a 1-d array of indices")
+        data = _check_report_range(data, 0, self._size, f"integer indices in 0..{self._size - 1}")
         transformed = fast_walsh_hadamard(np.bincount(data, minlength=self._size))
         return np.rint((data.size + transformed[1 : self._k + 1]) / 2).astype(np.int64)
 

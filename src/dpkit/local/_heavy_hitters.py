@@ -18,6 +18,7 @@ report: eps-LDP.
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import as_fraction, check_epsilon, check_integer, warn_if_risky
 from dpkit.guarantees import NeighbourRelation, PureDP
-from dpkit.local._frequency import LocalReports
+from dpkit.local._frequency import LocalReports, _check_report_range, _one_value_per_person
 from dpkit.mechanisms.randomized_response import RandomizedResponse
 from dpkit.noise import RandomSource, resolve_source, uniform_integers
 
@@ -72,8 +73,10 @@ class HeavyHitters:
         warn_if_risky(self._epsilon)
         first = min(check_integer("first_bits", first_bits, minimum=1), self._bits)
         step = check_integer("bits_per_level", bits_per_level, minimum=1)
-        if step > 12 or first > 16:
-            raise InvalidParameterError("bits_per_level", (first, step), "need first_bits <= 16, bits_per_level <= 12")
+        if first > 16:  # 2^first_bits candidates are scored at the first level
+            raise InvalidParameterError("first_bits", first_bits, "must be at most 16")
+        if step > 12:  # each kept prefix is extended into 2^bits_per_level candidates
+            raise InvalidParameterError("bits_per_level", bits_per_level, "must be at most 12")
         lengths = list(range(first, self._bits, step)) + [self._bits]
         self._lengths = tuple(sorted(set(lengths)))
         if g is None:  # round(e^eps) + 1 buckets, at most P (more buckets than residues add nothing)
@@ -106,11 +109,11 @@ class HeavyHitters:
 
     def randomize(self, values: Any, rng: RandomSource | None = None) -> LocalReports:
         """One report (level, a1, a2, b, bucket) per value in 0 .. 2^domain_bits - 1."""
-        array = np.asarray(values)
         allowed = f"must be integers in 0..2**{self._bits} - 1"
+        array = _one_value_per_person("values", values, allowed)
         if array.dtype.kind not in "iu" or isinstance(values, bool | np.bool_):
             raise InvalidParameterError("values", values, allowed)
-        array = array.astype(np.int64).reshape(-1)
+        array = array.astype(np.int64)
         if array.size and (array.min() < 0 or array.max() >= 2**self._bits):
             raise InvalidParameterError("values", values, allowed)
         source = resolve_source(rng)
@@ -144,7 +147,19 @@ class HeavyHitters:
         data = reports.data
         if data.ndim != 2 or data.shape[1] != 5 or data.shape[0] == 0:
             raise InvalidParameterError("reports", data.shape, "must be a non-empty (n, 5) array")
+        # A row outside the output domain would be counted in n but in no level: refused, not decoded.
+        levels = len(self._lengths)
+        data = _check_report_range(
+            data,
+            0,
+            np.array([levels, _PRIME, _PRIME, _PRIME, self._g]),
+            f"integer (level, a1, a2, b, bucket) with level < {levels}, seeds < {_PRIME}, bucket < {self._g}",
+        )
         keep = check_integer("top_k", top_k, minimum=1)
+        if threshold is not None and (
+            isinstance(threshold, bool | np.bool_) or not isinstance(threshold, numbers.Real) or math.isnan(threshold)
+        ):
+            raise InvalidParameterError("threshold", threshold, "must be None or a real number (a count)")
         n = data.shape[0]
         candidates = np.arange(2 ** self._lengths[0], dtype=np.int64)
         counts = np.zeros(0)

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_integer, check_probability
 from dpkit.local._coins import bernoulli_dyadic
-from dpkit.local._frequency import LocalReports, _normal_quantile
+from dpkit.local._frequency import LocalReports, _as_array, _normal_quantile, _one_value_per_person
 from dpkit.local._randomizer import LocalRandomizer
 from dpkit.mechanisms.randomized_response import bernoulli_keep
 from dpkit.noise import RandomSource, bernoulli_logistic, resolve_source, uniform_integers
@@ -29,14 +29,26 @@ class _MeanMechanism(LocalRandomizer, ABC):
     name: ClassVar[str] = "mean"
 
     def _values(self, values: Any) -> NDArray[np.float64]:
-        array = np.asarray(values)
         allowed = "must be real numbers in [-1, 1]"
+        array = _one_value_per_person("values", values, allowed)
         if array.dtype.kind not in "iuf" or isinstance(values, bool | np.bool_):
             raise InvalidParameterError("values", values, allowed)
-        array = array.astype(np.float64).reshape(-1)
+        array = array.astype(np.float64)
         if not np.all(np.isfinite(array)) or np.any(np.abs(array) > 1):
             raise InvalidParameterError("values", values, allowed)
         return array
+
+    @staticmethod
+    def _domain_value(value: Any) -> NDArray[np.float64]:
+        """A value (or array of values) in [-1, 1], for the per-value formulas."""
+        allowed = "must be a real number (or an array of them) in [-1, 1]"
+        array = _as_array("value", value, allowed)
+        if array.dtype.kind not in "iuf" or isinstance(value, bool | np.bool_):
+            raise InvalidParameterError("value", value, allowed)
+        x = array.astype(np.float64)
+        if not np.all(np.isfinite(x)) or np.any(np.abs(x) > 1):
+            raise InvalidParameterError("value", value, allowed)
+        return x
 
     def _reports(self, reports: Any) -> NDArray[np.float64]:
         if not isinstance(reports, LocalReports) or reports.oracle != self.name:
@@ -45,7 +57,21 @@ class _MeanMechanism(LocalRandomizer, ABC):
             raise InvalidParameterError("reports", reports.parameters, f"must come from epsilon={self._epsilon}")
         if len(reports) == 0 or reports.data.ndim != 1:
             raise InvalidParameterError("reports", reports.data.shape, "must be a non-empty 1-d array")
-        return np.asarray(reports.data, dtype=np.float64)
+        if reports.data.dtype.kind not in "iuf":
+            raise InvalidParameterError("reports", f"data of dtype {reports.data.dtype}", "must hold real numbers")
+        data = np.asarray(reports.data, dtype=np.float64)
+        outside = ~self._in_output_range(data)
+        if np.any(outside):
+            row = int(np.flatnonzero(outside)[0])
+            raise InvalidParameterError("reports", f"row {row}: {data[row]!r}", self._output_range)
+        return data
+
+    # What a report can be (a forged or corrupted one is refused, not averaged in).
+    _output_range: ClassVar[str] = "must hold this mechanism's outputs"
+
+    @abstractmethod
+    def _in_output_range(self, data: NDArray[np.float64]) -> NDArray[np.bool_]:
+        raise NotImplementedError
 
     def randomize(self, values: Any, rng: RandomSource | None = None) -> LocalReports:
         """One eps-LDP report per value in [-1, 1]."""
@@ -112,9 +138,15 @@ class DuchiMechanism(_MeanMechanism):
         """B = (e^eps + 1) / (e^eps - 1) = 1 / tanh(eps / 2)."""
         return 1.0 / math.tanh(self._epsilon / 2)
 
+    _output_range = "must hold +B or -B, B = (e^eps + 1)/(e^eps - 1) (this mechanism's only outputs)"
+
+    def _in_output_range(self, data: NDArray[np.float64]) -> NDArray[np.bool_]:
+        # exactly +-B, up to a relative 1e-12 for a report that went through a decimal text format
+        return np.asarray(np.abs(np.abs(data) - self.bound) <= 1e-12 * self.bound)
+
     def plus_probability(self, value: Any) -> Any:
         """P(report = +B | value) = 1/2 + x (e^eps - 1) / (2 (e^eps + 1)) = (1 + x tanh(eps/2)) / 2."""
-        x = np.asarray(value, dtype=np.float64)
+        x = self._domain_value(value)
         small = math.exp(-self._epsilon)  # = ((1 + x) + (1 - x) e^-eps) / (2 (1 + e^-eps)): no cancellation
         return ((1.0 + x) + (1.0 - x) * small) / (2.0 * (1.0 + small))
 
@@ -124,7 +156,7 @@ class DuchiMechanism(_MeanMechanism):
         return np.where(z == w, self.bound, -self.bound)
 
     def report_variance(self, value: Any) -> Any:
-        x = np.asarray(value, dtype=np.float64)
+        x = self._domain_value(value)
         # B^2 - x^2 = (B^2 - 1) + (1 - x)(1 + x), B^2 - 1 = 1/sinh^2(eps/2) = 4 e^-eps / (1 - e^-eps)^2
         excess = 4.0 * math.exp(-self._epsilon) / math.expm1(-self._epsilon) / math.expm1(-self._epsilon)
         return excess + (1.0 - x) * (1.0 + x)
@@ -185,6 +217,11 @@ class PiecewiseMechanism(_MeanMechanism):
     def grid_step(self) -> float:
         return 2 * self._c / self.cells
 
+    _output_range = "must hold values in [-C, C], C = (e^(eps/2) + 1)/(e^(eps/2) - 1) (this mechanism's range)"
+
+    def _in_output_range(self, data: NDArray[np.float64]) -> NDArray[np.bool_]:
+        return np.asarray(np.abs(data) <= self._c * (1.0 + 1e-12))  # False for NaN
+
     def _to_value(self, cell_midpoint: Any) -> Any:
         return -self._c + np.asarray(cell_midpoint) * self.grid_step
 
@@ -216,7 +253,7 @@ class PiecewiseMechanism(_MeanMechanism):
 
     def report_variance(self, value: Any) -> Any:
         """Var of one *debiased* report given x, exact for the grid law."""
-        x = np.asarray(value, dtype=np.float64)
+        x = self._domain_value(value)
         n, m, pi, out = self.cells, self._window, self._inside, self._outside
         target = (1.0 + x) / 2.0 * (n - m)
         base = np.floor(target)
@@ -242,7 +279,7 @@ class PiecewiseMechanism(_MeanMechanism):
 
     def continuous_variance(self, value: Any) -> Any:
         """The continuous PM's variance (Wang et al. 2019, Lemma 1), for comparison."""
-        x = np.asarray(value, dtype=np.float64)
+        x = self._domain_value(value)
         # with h = e^(eps/2), u = 1/h: 1/(h - 1) = u/(1 - u), (h + 3)/(h - 1)^2 = u (1 + 3u)/(1 - u)^2
         u = math.exp(-self._epsilon / 2)
         inverse = u / -math.expm1(-self._epsilon / 2)

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
-from dpkit._validation import check_epsilon, check_probability
+from dpkit._validation import check_epsilon, check_integer, check_probability
 from dpkit.local._coins import bernoulli_dyadic
 from dpkit.mechanisms.randomized_response import bernoulli_keep
 from dpkit.noise import RandomSource, resolve_source
@@ -46,8 +46,7 @@ def samples_needed(queries: int, epsilon: float, tolerance: float, failure_proba
     >>> samples_needed(5, 1.0, 0.1)
     1241
     """
-    if isinstance(queries, bool) or not isinstance(queries, int) or queries < 1:
-        raise InvalidParameterError("queries", queries, "must be an integer >= 1")
+    queries = check_integer("queries", queries, minimum=1)
     eps = check_epsilon(epsilon)
     tau = check_probability("tolerance", tolerance, open_low=True)
     beta = check_probability("failure_probability", failure_probability, open_low=True, open_high=True)

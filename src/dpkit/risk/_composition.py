@@ -76,6 +76,7 @@ def composition(
     eps = check_positive("epsilon", epsilon, allow_zero=True)
     eps0 = check_epsilon(epsilon0, "epsilon0")
     dlt = check_delta(delta, allow_zero=False)
+    check_integer("dimension", dimension, minimum=1)  # used by privacy_at_risk only, checked for every method
     if method not in COMPOSITION_METHODS:
         raise InvalidParameterError("method", method, f"must be one of {COMPOSITION_METHODS}")
     spread = math.sqrt(2.0 * steps * math.log(1.0 / dlt)) * eps0

@@ -35,7 +35,7 @@ import numpy as np
 
 from dpkit._errors import UnsupportedEventError
 from dpkit._lazy import LazyModule
-from dpkit._validation import check_epsilon, check_positive
+from dpkit._validation import check_epsilon, check_integer, check_positive
 from dpkit.accounting import PLDAccountant
 from dpkit.events import GaussianEvent, LaplaceEvent, PrivacyEvent, SelfComposedEvent
 
@@ -57,7 +57,8 @@ def gaussian_loss_confidence(epsilon: float, noise_multiplier: float, count: int
     """
     eps = _check_loss_threshold(epsilon)
     sigma = check_epsilon(noise_multiplier, "noise_multiplier")
-    mu = math.sqrt(count) / sigma
+    steps = check_integer("count", count, minimum=1)
+    mu = math.sqrt(steps) / sigma
     if math.isinf(eps):
         return 1.0
     return float(special.ndtr((eps - mu * mu / 2.0) / mu))

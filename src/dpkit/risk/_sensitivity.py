@@ -27,6 +27,7 @@ and reproduction, and :func:`coupled_confidence` is the bound to rely on (see it
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,7 +80,7 @@ def dkw_confidence(n: int, rho: float) -> float:
     return max(0.0, value if value == 1.0 else math.nextafter(value, -math.inf))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class SensitivityDistribution:
     """An empirical distribution of sampled sensitivities with its DKW band (``rho``, ``alpha``).
 
@@ -92,11 +93,26 @@ class SensitivityDistribution:
     rho: float
 
     def __post_init__(self) -> None:
-        values = np.sort(np.asarray(self.samples, dtype=np.float64).ravel())
+        allowed = "must be a non-empty array of finite real values >= 0"
+        try:
+            array = np.asarray(self.samples)
+        except (TypeError, ValueError) as exc:  # ragged
+            raise InvalidParameterError("samples", self.samples, allowed) from exc
+        if array.dtype.kind not in "iuf":  # strings, booleans, complex numbers, objects
+            raise InvalidParameterError("samples", self.samples, allowed)
+        values = np.sort(array.astype(np.float64).ravel())
         if values.size == 0 or not np.all(np.isfinite(values)) or np.any(values < 0):
-            raise InvalidParameterError("samples", self.samples, "must be a non-empty array of finite values >= 0")
+            raise InvalidParameterError("samples", self.samples, allowed)
         check_probability("rho", self.rho, open_low=True, open_high=True)
         object.__setattr__(self, "samples", values)
+
+    def __eq__(self, other: object) -> bool:
+        # the generated __eq__ would compare the arrays element-wise and raise on their truth value
+        if not isinstance(other, SensitivityDistribution):
+            return NotImplemented
+        return self.rho == other.rho and np.array_equal(self.samples, other.samples)
+
+    __hash__ = None  # type: ignore[assignment]
 
     @property
     def n(self) -> int:
@@ -112,8 +128,10 @@ class SensitivityDistribution:
         return float(self.samples[-1])
 
     def cdf(self, value: float) -> float:
-        """The empirical CDF ``F_n(value)``."""
-        return float(np.searchsorted(self.samples, value, side="right")) / self.n
+        """The empirical CDF ``F_n(value)`` (``value`` a real number, +-inf allowed)."""
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) or math.isnan(value):
+            raise InvalidParameterError("value", value, "must be a real number (not NaN)")
+        return float(np.searchsorted(self.samples, float(value), side="right")) / self.n
 
     def band(self, value: float) -> tuple[float, float]:
         """``(max(F_n - rho, 0), min(F_n + rho, 1))`` at ``value``."""
@@ -150,14 +168,38 @@ def sampled_sensitivity(
     (50, True)
     """
     size = check_integer("n", n, minimum=1)
+    if not callable(query):
+        raise InvalidParameterError("query", query, "must be a callable dataset -> number or array of numbers")
+    if not callable(sampler):
+        raise InvalidParameterError("sampler", sampler, "must be a callable rng -> (x, y), a neighbouring pair")
+    check_probability("rho", rho, open_low=True, open_high=True)
     source = resolve_source(rng)
     values = np.empty(size, dtype=np.float64)
     for i in range(size):
-        x, y = sampler(source)
-        values[i] = float(
-            np.sum(np.abs(np.asarray(query(x), dtype=np.float64) - np.asarray(query(y), dtype=np.float64)))
-        )
+        pair = sampler(source)
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise InvalidParameterError("sampler", sampler, f"must return a pair (x, y); returned {pair!r}")
+        answer_x, answer_y = _query_answer(query, pair[0]), _query_answer(query, pair[1])
+        if answer_x.shape != answer_y.shape:
+            raise InvalidParameterError(
+                "query",
+                query,
+                f"must answer both datasets with the same shape; got {answer_x.shape} and {answer_y.shape}",
+            )
+        values[i] = float(np.sum(np.abs(answer_x - answer_y)))
     return SensitivityDistribution(values, rho)
+
+
+def _query_answer(query: Callable[[Any], Any], dataset: Any) -> NDArray[np.float64]:
+    allowed = "must return a real number or an array of real numbers"
+    answer = query(dataset)
+    try:
+        array = np.asarray(answer)
+    except (TypeError, ValueError) as exc:
+        raise InvalidParameterError("query", query, f"{allowed}; returned {answer!r}") from exc
+    if array.dtype.kind not in "iuf":
+        raise InvalidParameterError("query", query, f"{allowed}; returned {answer!r}")
+    return array.astype(np.float64)
 
 
 def coupled_confidence(
@@ -180,6 +222,10 @@ def coupled_confidence(
     eps = check_positive("epsilon", epsilon, allow_zero=True)
     eps0 = check_epsilon(epsilon0, "epsilon0")
     k = check_integer("dimension", dimension, minimum=1)
+    if not isinstance(distribution, SensitivityDistribution):
+        raise InvalidParameterError(
+            "distribution", distribution, "must be a SensitivityDistribution (see sampled_sensitivity)"
+        )
     scale = distribution.maximum if calibration_sensitivity is None else calibration_sensitivity
     s = check_positive("calibration_sensitivity", scale)
     values, counts = np.unique(distribution.samples, return_counts=True)

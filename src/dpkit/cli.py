@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dpkit`` console script."""
     parser = argparse.ArgumentParser(prog="dpkit", description="Differentially private data analysis.")
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="release a private histogram and mean on the embedded sample table")
+    commands.add_parser("demo", help="run the demo job: private queries with the engine on the embedded sample table")
     sample = commands.add_parser("sample", help="print secure noise draws")
     sample.add_argument("--mechanism", choices=["discrete_laplace", "discrete_gaussian", "geometric"], required=True)
     sample.add_argument("--scale", type=float, required=True, help="scale (sigma for the discrete Gaussian)")

@@ -223,6 +223,40 @@ def test_columns_are_matched_without_case_as_the_engines_do() -> None:
         s.table().group_by("PID", keys=[1]).agg(n=E.count()).preview(epsilon=1.0)  # still the privacy unit
 
 
+def test_keys_mapping_privacy_unit_and_cli_keys_are_matched_without_case(tmp_path: Path, capsys) -> None:
+    """The three places that still compared names exactly: keys={"region": ...} with GROUP BY REGION,
+    privacy_unit="PID" for a column pid, and dpkit query --keys Region=... for a column region."""
+    s = dpkit.Session.from_pandas(frame(), name="t", privacy_unit="PID", budget=BUDGET)
+    result = s.sql(
+        "SELECT REGION, COUNT(*) AS n FROM t GROUP BY REGION",
+        keys={"region": ["n", "s"]},
+        epsilon=1.0,
+        rng=InsecureSeededRandom(6),
+    )
+    assert result.columns["region"] == ["n", "s"]  # named as the schema spells it
+    builder = s.table().group_by("Region", keys={"REGION": ["n"]}).agg(n=E.count())
+    assert s.preview(builder, epsilon=1.0).guarantee == dpkit.ApproxDP(1.0, 0.0)
+    assert "PID" not in repr(s) and "'pid'" in repr(s)
+    path = tmp_path / "t.parquet"
+    frame()[["pid", "region"]].to_parquet(path)
+    code = main(
+        [
+            "query",
+            str(path),
+            "SELECT region, COUNT(*) AS n FROM t GROUP BY region",
+            "--privacy-unit",
+            "PID",
+            "--keys",
+            "Region=n,s",
+            "--epsilon",
+            "1",
+            "--json",
+        ]
+    )
+    assert code == 0, capsys.readouterr().err
+    assert [row["region"] for row in json.loads(capsys.readouterr().out)["rows"]] == ["n", "s"]
+
+
 def test_date_arithmetic_is_refused_whatever_the_case_of_the_column() -> None:
     s = session()
     with pytest.raises(InvalidParameterError) as refused:

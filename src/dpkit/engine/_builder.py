@@ -22,7 +22,7 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query, distinct
+from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query, distinct, spelling_resolver
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpkit.engine._result import Preview, Result
@@ -175,6 +175,11 @@ def _normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple
         raise InvalidParameterError("keys", keys, "public keys need group_by columns")
     names = [g.name if isinstance(g, Bin) else g for g in group_by]
     if isinstance(keys, Mapping):
+        # Column names are matched without case, as everywhere else in the engine.
+        resolve = spelling_resolver(names)
+        spelled = [(resolve(column) if isinstance(column, str) else column, values) for column, values in keys.items()]
+        if len({column for column, _ in spelled}) == len(spelled):
+            keys = dict(spelled)
         unknown = set(keys) - set(names)
         if unknown:
             raise InvalidParameterError("keys", sorted(unknown), f"name group columns; grouped by {names}")

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from dpkit._errors import InvalidParameterError
+from dpkit.engine._plan import spelling_resolver
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 
 __all__ = ["add_query_parser", "run_query"]
@@ -156,6 +157,7 @@ def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any
         column, equals, values = item.partition("=")
         if not equals or not column or not values:
             raise InvalidParameterError("--keys", item, "must be COLUMN=V1,V2,... e.g. region=North,South")
+        column = spelling_resolver(list(columns))(column)  # matched without case, as in the SQL
         if column in keys:  # a second list would silently replace the first
             raise InvalidParameterError(
                 "--keys", item, f"gives {column!r} twice; list all its values once: {column}=V1,V2,..."

@@ -32,7 +32,7 @@ import decimal
 import math
 import numbers
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -54,6 +54,7 @@ from dpkit.engine._plan import (
     Query,
     check_bounds_pair,
     output_columns,
+    spelling_resolver,
 )
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 from dpkit.guarantees._guarantees import float_at_most as _round_down
@@ -549,30 +550,13 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
             )
 
 
-def _resolver(names: list[str]) -> Callable[[str], str]:
-    """Map a column name to its spelling among ``names``: itself if present, else the one name equal to it
-    without case (DuckDB and Spark match identifiers, quoted or not, without case), else itself."""
-    exact = set(names)
-    folded: dict[str, list[str]] = {}
-    for name in names:
-        folded.setdefault(name.casefold(), []).append(name)
-
-    def resolve(column: str) -> str:
-        if column in exact:
-            return column
-        matches = folded.get(column.casefold(), [])
-        return matches[0] if len(matches) == 1 else column
-
-    return resolve
-
-
 def _schema_spelling(query: Query, context: CompileContext) -> Query:
     """``query`` with its group, aggregate and join columns spelled as the schema spells them
     (``SUM(income)`` on a column ``Income``), so that bounds, keys and results use one name."""
     names = list(context.columns)
     for join in query.joins:
         names += [n for n in context.public_tables.get(join.table, {}) if n not in context.columns]
-    resolve = _resolver(names)
+    resolve = spelling_resolver(names)
     return dataclasses.replace(
         query,
         joins=tuple(Join(j.table, tuple(resolve(c) for c in j.on)) for j in query.joins),
@@ -629,7 +613,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                 ambiguous[name] = join.table
             available.setdefault(name, info)
 
-    resolve = _resolver(list(available))
+    resolve = spelling_resolver(list(available))
 
     def need(column: str, what: str) -> ColumnInfo:
         column = resolve(column)
@@ -730,7 +714,7 @@ def compile_query(
     merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
     for column, value in (bounds or {}).items():
         merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)
-    bounds_name = _resolver(list(merged))  # bounds={"income": ...} for a column Income
+    bounds_name = spelling_resolver(list(merged))  # bounds={"income": ...} for a column Income
     resolved: dict[str, tuple[float, float] | str] = {}
     for name, aggregate in query.aggregates:
         if aggregate.kind not in NUMERIC_KINDS or aggregate.column is None:

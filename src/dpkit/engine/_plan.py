@@ -12,7 +12,7 @@ backend transpiles them to its own dialect.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -56,6 +56,23 @@ def distinct(values: Sequence[Any]) -> list[Any]:
     for value in values:
         first.setdefault(canonical(value), value)
     return list(first.values())
+
+
+def spelling_resolver(names: list[str]) -> Callable[[str], str]:
+    """Map a column name to its spelling among ``names``: itself if present, else the one name equal to it
+    without case (DuckDB and Spark match identifiers, quoted or not, without case), else itself."""
+    exact = set(names)
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        folded.setdefault(name.casefold(), []).append(name)
+
+    def resolve(column: str) -> str:
+        if column in exact:
+            return column
+        matches = folded.get(column.casefold(), [])
+        return matches[0] if len(matches) == 1 else column
+
+    return resolve
 
 
 def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:

@@ -32,7 +32,7 @@ from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
 from dpkit.engine._execute import combine, dry_run, execute, postprocess
 from dpkit.engine._ledger import Ledger
-from dpkit.engine._plan import Contribution, Query, check_bounds_pair
+from dpkit.engine._plan import Contribution, Query, check_bounds_pair, spelling_resolver
 from dpkit.engine._result import Preview, Result
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
@@ -144,6 +144,9 @@ class Session:
         self._public: dict[str, dict[str, ColumnInfo]] = {}
         for table, table_source in (public_tables or {}).items():
             self.add_public_table(table, table_source)
+        if privacy_unit is not None:  # matched without case, as every other column name
+            privacy_unit = spelling_resolver(list(self._columns))(privacy_unit)
+            self._privacy_unit = privacy_unit
         if privacy_unit is not None and privacy_unit not in self._columns:
             raise InvalidParameterError(
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"

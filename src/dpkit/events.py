@@ -151,7 +151,11 @@ class ZCDPEvent(PrivacyEvent):
 
 @dataclass(frozen=True)
 class ComposedEvent(PrivacyEvent):
-    """Several events run on the same data, one after the other."""
+    """Several events run on the same data, one after the other.
+
+    A list is accepted and copied into a tuple: the event stays an immutable, hashable value,
+    so changing the caller's list later cannot rewrite an accountant's history.
+    """
 
     events: tuple[PrivacyEvent, ...]
 
@@ -160,6 +164,7 @@ class ComposedEvent(PrivacyEvent):
             isinstance(event, PrivacyEvent) for event in self.events
         ):
             raise InvalidParameterError("events", self.events, "must be a tuple of PrivacyEvent")
+        object.__setattr__(self, "events", tuple(self.events))
 
 
 @dataclass(frozen=True)

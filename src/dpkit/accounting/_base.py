@@ -8,6 +8,7 @@ upper bounds (``certified = True``) or approximations (the CLT/GDP and saddle-po
 
 from __future__ import annotations
 
+import copy
 from abc import ABC, abstractmethod
 from typing import Self
 
@@ -42,6 +43,10 @@ class PrivacyAccountant(ABC):
             raise InvalidParameterError("neighbours", neighbours, "must be a dpkit.guarantees.NeighbourRelation")
         self.neighbours = neighbours
         self._history: list[tuple[PrivacyEvent, int]] = []
+
+    def __copy__(self) -> Self:
+        """A full, independent copy: a shallow one would share the history and the composed state."""
+        return copy.deepcopy(self)
 
     # -- the interface ----------------------------------------------------------------------
 

@@ -22,13 +22,14 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from fractions import Fraction
+from typing import Self
 
 import numpy as np
 
 from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
-from dpkit._validation import as_fraction, check_delta
-from dpkit.accounting._base import PrivacyAccountant
+from dpkit._validation import as_fraction, check_delta, check_integer
+from dpkit.accounting._base import PrivacyAccountant, _flatten
 from dpkit.events import (
     ApproxDPEvent,
     ComposedEvent,
@@ -192,7 +193,10 @@ def _float_up(value: Fraction) -> float:
     "Below" is judged on the decimal the float stands for (dpkit's convention, see
     ``as_fraction``), so an exact 29/20 stays 1.45 rather than becoming 1.4500000000000002.
     """
-    as_float = float(value)
+    try:
+        as_float = float(value)
+    except OverflowError:  # beyond the largest float (an event with a vanishing noise multiplier)
+        return math.inf
     return as_float if as_fraction(as_float) >= value else math.nextafter(as_float, math.inf)
 
 
@@ -391,11 +395,27 @@ class OptimalAccountant(PrivacyAccountant):
     certified = True
     #: Relative margin added to the computed delta to cover floating-point error in log space.
     _margin = 1e-9
+    #: Most releases composed in all: the exact profile sums one term per release (memory and
+    #: time grow linearly; 10^7 releases already take seconds per query).
+    max_count = 10**8
 
     def __init__(self, neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE) -> None:
         super().__init__(neighbours)
         self._pair: tuple[Fraction, Fraction] | None = None
         self._count = 0
+
+    def compose(self, event: PrivacyEvent, count: int = 1) -> Self:
+        """Record ``count`` runs of ``event``; refuse, unchanged, beyond :attr:`max_count` releases in all."""
+        repeats = check_integer("count", count, minimum=1)
+        added = sum(times for _, times in _flatten(event, repeats)) if isinstance(event, PrivacyEvent) else 0
+        if self._count + added > self.max_count:
+            raise InvalidParameterError(
+                "count",
+                count,
+                f"would bring this accountant to {self._count + added} releases; OptimalAccountant evaluates at most "
+                f"{self.max_count} (use PLDAccountant or AdvancedAccountant for more)",
+            )
+        return super().compose(event, repeats)
 
     def supports(self, event: PrivacyEvent) -> bool:
         """Whether ``event`` is (eps, delta)-DP with the same pair as everything composed so far."""

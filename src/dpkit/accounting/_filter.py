@@ -16,6 +16,8 @@ outputs (for Renyi DP, see Feldman & Zrnic 2021 for the fully adaptive filter).
 from __future__ import annotations
 
 import copy
+import functools
+import math
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -60,10 +62,8 @@ class PrivacyFilter:
             raise InvalidParameterError("budget", budget, "must be a dpkit PureDP or ApproxDP guarantee")
         self.budget: PureDP | ApproxDP = budget
         if accountant_factory is None:
-
-            def accountant_factory() -> PrivacyAccountant:
-                return BasicAccountant(budget.neighbours)
-
+            # A partial, not a closure: a filter can then be pickled (saved with what it spent).
+            accountant_factory = functools.partial(BasicAccountant, budget.neighbours)
         if not callable(accountant_factory):
             raise InvalidParameterError("accountant_factory", accountant_factory, "must be a callable")
         self._factory = accountant_factory
@@ -131,7 +131,10 @@ class PrivacyFilter:
                 return alone.guarantee
             except InvalidParameterError:
                 return event
-        return ApproxDP(alone.epsilon(self.budget.delta), self.budget.delta, self.budget.neighbours)
+        epsilon = alone.epsilon(self.budget.delta)
+        if not math.isfinite(epsilon):  # no finite epsilon at this delta (a Gaussian under a pure budget)
+            return event
+        return ApproxDP(epsilon, self.budget.delta, self.budget.neighbours)
 
     # -- reading ------------------------------------------------------------------------------
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import functools
 import math
 
+import numpy as np
+
 from dpkit._lazy import LazyModule
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.accounting._rdp import grouped_event
@@ -114,8 +116,10 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
         return (alpha - 1) * (alpha * rho - epsilon + math.log1p(-1 / alpha)) - math.log(alpha)
 
     # The exponent is convex in alpha; without the log terms its minimum is at (epsilon + rho)/(2 rho).
-    guess = max((epsilon + rho) / (2 * rho), 1.0 + 1e-6)
-    result = optimize.minimize_scalar(log_delta, bounds=(1 + 1e-9, 4 * guess + 2), method="bounded")
+    # Capped so that the search bounds stay finite for a huge epsilon (any alpha is valid).
+    guess = min(max((epsilon + rho) / (2 * rho), 1.0 + 1e-6), 1e150)
+    with np.errstate(over="ignore", invalid="ignore"):  # a huge epsilon sends the exponent to -inf
+        result = optimize.minimize_scalar(log_delta, bounds=(1 + 1e-9, 4 * guess + 2), method="bounded")
     candidates = [log_delta(guess) if guess > 1 else math.inf, 0.5 * math.log(-math.expm1(-rho))]
     if result.success and math.isfinite(float(result.fun)):
         candidates.append(float(result.fun))
@@ -154,7 +158,10 @@ class ZCDPAccountant(PrivacyAccountant):
         return ZCDP(self._rho_total, self.neighbours)
 
     def _supports_atomic(self, event: PrivacyEvent) -> bool:
-        rho = _rho(event, self.neighbours)
+        try:
+            rho = _rho(event, self.neighbours)
+        except (ZeroDivisionError, OverflowError):  # a noise multiplier so small that rho is infinite
+            return False
         return rho is not None and math.isfinite(rho) and rho >= 0
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:

@@ -125,6 +125,8 @@ class PureDP:
 
     def __add__(self, other: Guarantee) -> Guarantee:
         """Basic sequential composition (seed 000): epsilons add, deltas add."""
+        if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+            return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
 
     def __mul__(self, count: int) -> PureDP:
@@ -204,6 +206,8 @@ class ApproxDP:
 
     def __add__(self, other: Guarantee) -> Guarantee:
         """Basic sequential composition (seed 000): epsilons add, deltas add."""
+        if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+            return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
 
     def __mul__(self, count: int) -> ApproxDP:
@@ -279,6 +283,8 @@ class ZCDP:
 
     def __add__(self, other: Guarantee) -> Guarantee:
         """zCDP composes additively in rho (Bun & Steinke 2016, Lemma 2.3)."""
+        if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+            return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
 
     def __mul__(self, count: int) -> ZCDP:
@@ -383,6 +389,8 @@ class ApproxZCDP:
 
     def __add__(self, other: Guarantee) -> Guarantee:
         """Rho adds and delta adds (Bun & Steinke 2016, Lemma 8.2); zCDP counts as delta = 0."""
+        if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+            return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
 
     def __mul__(self, count: int) -> ApproxZCDP:
@@ -549,6 +557,10 @@ def zcdp_parts(guarantee: object, name: str = "guarantee") -> tuple[Fraction, Fr
 
 
 def _within(spent: Guarantee, budget: Guarantee) -> bool:
+    if not isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+        raise InvalidParameterError(
+            "budget", budget, "must be a dpkit guarantee (PureDP, ApproxDP, ZCDP or ApproxZCDP)"
+        )
     _same_relation(spent, budget)
     if isinstance(budget, ApproxZCDP):
         rho, delta = zcdp_parts(spent)

@@ -21,17 +21,56 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._validation import check_integer, check_positive, check_probability
+from dpkit._errors import InvalidParameterError
+from dpkit._validation import check_data, check_integer, check_positive, check_probability
 from dpkit.events import PrivacyEvent
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
-__all__ = ["Mechanism", "NumericMechanism", "check_alpha", "guarantee_implies"]
+__all__ = [
+    "Mechanism",
+    "NumericMechanism",
+    "check_alpha",
+    "check_integer_values",
+    "check_unmasked",
+    "guarantee_implies",
+]
+
+#: Integer query answers must stay below this magnitude (room for the noise within int64).
+MAX_INTEGER_VALUE = 2**62
 
 
 def check_alpha(alpha: Any) -> float:
     """alpha of a confidence interval: a probability strictly between 0 and 1."""
     return check_probability("alpha", alpha, open_low=True, open_high=True)
+
+
+def check_unmasked(name: str, value: Any) -> None:
+    """Refuse a numpy masked array with masked entries: its hidden data is not a value to release."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        raise InvalidParameterError(
+            name, value, "must have no masked entries (a masked entry is missing data: fill or drop it first)"
+        )
+
+
+def check_integer_values(name: str, value: Any) -> NDArray[np.int64]:
+    """Integer query answers as int64, each with |value| < 2**62, checked before any cast.
+
+    The range is checked on the input's own dtype: a uint64 of 2**63 or an int64 of -2**63
+    would otherwise wrap (or overflow ``abs``) on the way to int64 and pass as another number.
+    """
+    check_unmasked(name, value)
+    array = check_data(name, value, integer=True)
+    too_low = array.dtype.kind == "i" and array.min() <= -MAX_INTEGER_VALUE
+    if array.size and (array.max() >= MAX_INTEGER_VALUE or too_low):
+        raise InvalidParameterError(name, value, "must contain integers with |value| < 2**62")
+    return array.astype(np.int64)
+
+
+def _check_guarantee(name: str, value: Any) -> Guarantee:
+    if not isinstance(value, PureDP | ApproxDP | ZCDP | ApproxZCDP):
+        raise InvalidParameterError(name, value, "must be a dpkit guarantee (PureDP, ApproxDP, ZCDP or ApproxZCDP)")
+    return value
 
 
 def guarantee_implies(have: Guarantee, want: Guarantee) -> bool:
@@ -61,7 +100,25 @@ def guarantee_implies(have: Guarantee, want: Guarantee) -> bool:
 
 
 class Mechanism(ABC):
-    """A randomized algorithm with a stated privacy guarantee."""
+    """A randomized algorithm with a stated privacy guarantee.
+
+    Its public parameters are fixed once set: reassigning ``epsilon`` (or ``scale``...) would
+    change the stated guarantee without recalibrating the noise, so it raises AttributeError;
+    build a new mechanism instead.
+    """
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if not name.startswith("_") and name in self.__dict__:
+            raise AttributeError(
+                f"{type(self).__name__}.{name} is fixed at construction (the noise is calibrated to it); "
+                "build a new mechanism instead"
+            )
+        super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if not name.startswith("_"):
+            raise AttributeError(f"{type(self).__name__}.{name} is fixed at construction and cannot be deleted")
+        super().__delattr__(name)
 
     @property
     @abstractmethod
@@ -80,7 +137,7 @@ class Mechanism(ABC):
     def check(self, d_in: float, d_out: Guarantee) -> bool:
         """True when inputs at distance ``d_in`` get a guarantee at least as strong as ``d_out``."""
         check_positive("d_in", d_in)
-        return guarantee_implies(self.privacy_map(d_in), d_out)
+        return guarantee_implies(self.privacy_map(d_in), _check_guarantee("d_out", d_out))
 
     @abstractmethod
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
@@ -120,11 +177,32 @@ class NumericMechanism(Mechanism):
         With ``released`` (the output of :meth:`release`), the interval is around it; without,
         it is the interval of the noise itself, (-h, h). For a vector, each coordinate is
         covered with probability 1 - alpha, or all of them at once with ``simultaneous=True``
-        (union bound over the coordinates).
+        (union bound over the coordinates). ``dimension`` is the number of coordinates the union
+        bound covers: by default the size of ``released``, or without it the mechanism's own
+        ``dimension``; it may exceed the released size (a wider, still valid interval) but not
+        fall below it. A ``released`` value that is not finite is refused.
         """
         level = check_alpha(alpha)
-        array = None if released is None else np.asarray(released, dtype=np.float64)
-        count = dimension or (array.size if array is not None else 1)
+        if not isinstance(simultaneous, bool):
+            raise InvalidParameterError("simultaneous", simultaneous, "must be True or False")
+        array = None
+        if released is not None:
+            check_unmasked("released", released)
+            array = check_data("released", released).astype(np.float64)
+        if dimension is not None:
+            count = check_integer("dimension", dimension, minimum=1)
+            if array is not None and count < array.size:
+                raise InvalidParameterError(
+                    "dimension",
+                    dimension,
+                    f"must be at least the number of released coordinates ({array.size}): a simultaneous "
+                    "interval over fewer coordinates than it covers would not hold",
+                )
+        elif array is not None:
+            count = array.size
+        else:
+            # The noise interval of a release of this mechanism: all its calibrated coordinates.
+            count = getattr(self, "dimension", 1)
         if simultaneous and count > 1:
             level = level / count
         half_width = self.noise_quantile(level)

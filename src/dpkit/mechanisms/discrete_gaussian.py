@@ -31,10 +31,10 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError
 from dpkit._search import first_true
-from dpkit._validation import as_fraction, check_data, check_delta, check_epsilon, check_positive, warn_if_risky
+from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, warn_if_risky
 from dpkit.events import DiscreteGaussianEvent
 from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_integer_values
 from dpkit.mechanisms.geometric import check_integer_sensitivity
 from dpkit.noise import MAX_SCALE, RandomSource, discrete_gaussian, resolve_source
 
@@ -284,9 +284,7 @@ class DiscreteGaussian(NumericMechanism):
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """x + X for an integer (or, outside (epsilon, delta) mode, an array of integers) x."""
-        array = check_data("value", value, integer=True).astype(np.int64)
-        if np.any(np.abs(array) >= 2**62):
-            raise InvalidParameterError("value", value, "must contain integers with |value| < 2**62")
+        array = check_integer_values("value", value)
         if self._epsilon is not None and array.size > 1:
             raise InvalidParameterError(
                 "value", value, "must be one integer: the (epsilon, delta) calibration is for one dimension"
@@ -296,11 +294,9 @@ class DiscreteGaussian(NumericMechanism):
         return int(noisy.reshape(-1)[0]) if array.ndim == 0 else noisy
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
-        array = check_data("value", value, integer=True).astype(np.int64)
+        array = check_integer_values("value", value)
         if array.ndim != 0:
             return np.stack([np.asarray(self.release(array, rng=source)) for _ in range(count)])
-        if abs(int(array)) >= 2**62:
-            raise InvalidParameterError("value", value, "must contain integers with |value| < 2**62")
         return int(array) + discrete_gaussian(self._sigma, count, rng=source)
 
     # -- accuracy ----------------------------------------------------------------------------

@@ -48,7 +48,7 @@ from dpkit._validation import check_delta, check_epsilon, check_integer, check_p
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha
-from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like
+from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like, stack_like
 from dpkit.noise import RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
 
 optimize = LazyModule("scipy.optimize")
@@ -106,7 +106,11 @@ def _balle_wang_delta(sigma: float, sensitivity: float, epsilon: float, digits: 
     ``dpkit.accounting``'s mu-GDP profile, with sigma = 1 and sensitivity = mu)."""
     with mpmath.workdps(digits):
         s, d, e = mpmath.mpf(sigma), mpmath.mpf(sensitivity), mpmath.mpf(epsilon)
-        value = mpmath.ncdf(d / (2 * s) - e * s / d) - mpmath.exp(e) * mpmath.ncdf(-d / (2 * s) - e * s / d)
+        first = d / (2 * s) - e * s / d
+        if first < -1e100:
+            # mpmath's ncdf fails beyond about -1e154; delta <= Phi(z) <= phi(z) / |z| (Mills' ratio).
+            return mpmath.exp(-first * first / 2) / (-first * mpmath.sqrt(2 * mpmath.pi))
+        value = mpmath.ncdf(first) - mpmath.exp(e) * mpmath.ncdf(-d / (2 * s) - e * s / d)
         return value if value > 0 else mpmath.mpf(0)
 
 
@@ -453,7 +457,7 @@ class Gaussian(NumericMechanism):
         snapped = snap_to_grid(values, self.grid_exponent)
         noise = discrete_gaussian(self._sigma_units, values.size * count, rng=source).reshape(count, values.size)
         noisy = snapped[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
-        return noisy[:, 0] if scalar else noisy
+        return stack_like(noisy, scalar, value)
 
     # -- accuracy --------------------------------------------------------------------------------
 

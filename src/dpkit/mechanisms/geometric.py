@@ -31,7 +31,6 @@ from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
 from dpkit._validation import (
     as_fraction,
-    check_data,
     check_epsilon,
     check_integer,
     check_positive,
@@ -39,7 +38,7 @@ from dpkit._validation import (
 )
 from dpkit.events import DiscreteLaplaceEvent
 from dpkit.guarantees import ApproxDP, PureDP, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_integer_values
 from dpkit.noise import MAX_SCALE, RandomSource, constant_time_tv_bound, discrete_laplace, resolve_source
 
 optimize = LazyModule("scipy.optimize")
@@ -173,9 +172,7 @@ class DiscreteLaplace(NumericMechanism):
     # -- release -----------------------------------------------------------------------------
 
     def _check_values(self, value: Any) -> NDArray[np.int64]:
-        array = check_data("value", value, integer=True).astype(np.int64)
-        if np.any(np.abs(array) >= 2**62):
-            raise InvalidParameterError("value", value, "must contain integers with |value| < 2**62")
+        array = check_integer_values("value", value)
         if self._constant_time and array.size > self._dimension:
             raise InvalidParameterError(
                 "value", value, f"has {array.size} coordinates; this constant-time mechanism allows {self._dimension}"

@@ -27,7 +27,7 @@ from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import LaplaceEvent, PrivacyEvent
 from dpkit.guarantees import PureDP, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_unmasked
 from dpkit.noise import RandomSource, discrete_laplace, grid_exponent, resolve_source, snap_to_grid
 
 __all__ = ["Laplace"]
@@ -49,6 +49,7 @@ def check_release_value(value: Any, dimension: int) -> tuple[NDArray[np.float64]
 
     Returns the values as a flat float array and whether the input was a scalar.
     """
+    check_unmasked("value", value)
     array = check_data("value", value)
     if array.size != dimension:
         raise InvalidParameterError(
@@ -68,6 +69,13 @@ def shape_like(noisy: NDArray[np.float64], scalar: bool, value: Any) -> Any:
     if scalar:
         return float(noisy[0])
     return noisy.reshape(np.shape(value))
+
+
+def stack_like(noisy: NDArray[np.float64], scalar: bool, value: Any) -> NDArray[np.float64]:
+    """Stack ``count`` releases (rows of ``noisy``) on a first axis, each of the input's shape."""
+    if scalar:
+        return noisy[:, 0]
+    return noisy.reshape((noisy.shape[0], *np.shape(value)))
 
 
 class Laplace(NumericMechanism):
@@ -204,7 +212,7 @@ class Laplace(NumericMechanism):
         snapped = snap_to_grid(values, self.grid_exponent)
         noise = discrete_laplace(self._units_scale, values.size * count, rng=source).reshape(count, values.size)
         noisy = snapped[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
-        return noisy[:, 0] if scalar else noisy
+        return stack_like(noisy, scalar, value)
 
     # -- accuracy (exact, for the discrete law on the grid) ---------------------------------------
 

@@ -44,7 +44,7 @@ from dpkit._validation import as_fraction, check_epsilon, check_positive, check_
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha
-from dpkit.mechanisms.laplace import check_release_value, shape_like
+from dpkit.mechanisms.laplace import check_release_value, shape_like, stack_like
 from dpkit.noise import (
     RandomSource,
     bernoulli_exp,
@@ -223,10 +223,11 @@ class Staircase(NumericMechanism):
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
-        values, _scalar = check_release_value(value, 1)
+        values, scalar = check_release_value(value, 1)
         snapped = snap_to_grid(values, self.grid_exponent)[0]
         noise = self._sample_units(count, source)
-        return snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        return stack_like(noisy.reshape(count, 1), scalar, value)
 
     # -- the released law, exactly ------------------------------------------------------------------
 

@@ -49,3 +49,29 @@ def test_long_values_are_shortened_in_the_message():
     with pytest.raises(InvalidParameterError, match=r"^epsilon: got -0\.5; must") as short:
         check_positive("epsilon", -0.5)
     assert short.value.value == -0.5
+
+
+def test_masked_entries_are_refused_everywhere_data_is_read():
+    """check_data exposed the hidden values of masked (missing) entries; the selection mechanisms read
+    scores through it (the numeric mechanisms already refused masked arrays)."""
+    import numpy as np
+
+    from dpkit._validation import check_data
+    from dpkit.mechanisms import Exponential, PermuteAndFlip
+
+    masked = np.ma.masked_array([1.0, 50.0], mask=[False, True])
+    for call in (lambda: check_data("x", masked), lambda: Exponential(1.0, 1.0).release(masked)):
+        with pytest.raises(InvalidParameterError, match="masked"):
+            call()
+    with pytest.raises(InvalidParameterError, match="masked"):
+        PermuteAndFlip(1.0, 1.0).release(masked)
+    assert check_data("x", np.ma.masked_array([1.0, 2.0])).tolist() == [1.0, 2.0]  # nothing masked: fine
+
+
+def test_draw_counts_beyond_any_memory_are_refused_by_name():
+    from dpkit.noise import discrete_laplace
+
+    with pytest.raises(InvalidParameterError, match="size"):
+        discrete_laplace(1.0, 2**41)
+    with pytest.raises(InvalidParameterError, match="count"):
+        Laplace(1.0, 1.0).release_repeated(1.0, 10**20)

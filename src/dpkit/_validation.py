@@ -118,6 +118,9 @@ def check_data(name: str, value: Any, *, integer: bool = False) -> NDArray[Any]:
         raise InvalidParameterError(name, value, "must be a number or an array of numbers, not None")
     if isinstance(value, bool | np.bool_):
         raise InvalidParameterError(name, value, "must be a number or an array of numbers, not a bool")
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        # np.asarray would expose the hidden data of the masked (missing) entries.
+        raise InvalidParameterError(name, value, "must have no masked entries (fill or drop missing data first)")
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as exc:  # ragged input

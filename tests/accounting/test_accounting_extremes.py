@@ -251,3 +251,17 @@ def test_events_without_a_declared_relation_are_refused(factory: type) -> None:
     assert accountant.history == ()
     # The same events with their relation are still accepted where the accountant handles them.
     assert accountant.supports(GaussianEvent(2.0)) or accountant.supports(PureDPEvent(0.5))
+
+
+def test_pure_dp_rdp_of_a_huge_epsilon_and_pld_of_a_huge_count_are_answered_or_refused() -> None:
+    """RDPAccountant on PureDPEvent(1e200) raised a bare OverflowError (e^eps); its RDP is eps. A PLD of
+    1e9 or 1e30 Gaussian events tried to allocate terabytes (or overflowed a C size): now a typed
+    error naming the discretization, raised at query time, with the events kept."""
+    from dpkit._errors import InvalidParameterError
+
+    assert RDPAccountant().compose(PureDPEvent(1e200)).epsilon(1e-5) == pytest.approx(1e200, rel=1e-8)
+    for count in (10**9, 10**30):
+        accountant = PLDAccountant().compose(GaussianEvent(1.0), count)
+        with pytest.raises(InvalidParameterError, match="discretization"):
+            accountant.epsilon(1e-5)
+        assert accountant.history == ((GaussianEvent(1.0), count),)

@@ -463,6 +463,13 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
     upper_tail = 0.0
     if upper < top:
         upper_tail = float(np.exp(np.min(up - _LAMBDAS * (upper + 1) * h)))
+    if upper - lower + 1 > _MAX_GRID_POINTS:
+        raise InvalidParameterError(
+            "discretization",
+            h,
+            f"is too fine for this composition: its losses span {upper - lower + 1} grid points (at most "
+            f"{_MAX_GRID_POINTS}); use a coarser discretization, or RDPAccountant for very long compositions",
+        )
     n = fft.next_fast_len(upper - lower + 1, real=True)
     folded = [(_fold(p.probs, n), c) for p, c in parts]
     # Optimistic answers carry no rounding allowance: plain float64, no bound.
@@ -476,6 +483,9 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
         infinity += rounding  # the FFT's rounding error over the window, also at +inf
     return _trim(_Pld(lower, window, min(infinity, 1.0)), tail_mass, pessimistic)
 
+
+#: Most grid points of a composed PLD (its long-double spectra then take about 0.3 GB).
+_MAX_GRID_POINTS = 2**24
 
 #: The forward transforms run in extended precision where the platform has it (x86 long double:
 #: unit roundoff 2^-64, 2048 times smaller than float64's). Their error is what the powers

@@ -108,7 +108,9 @@ def randomized_response_rdp(epsilon: float, k: int, orders: FloatArray) -> Float
     if k == 2:
         # eps + log1p(expm1(-2 (alpha-1) eps) / (1 + e^eps)) / (alpha-1): the same quantity, with
         # no catastrophic cancellation inside the logarithm for small eps.
-        return epsilon + np.log1p(np.expm1(-2 * (a - 1) * epsilon) / (1 + math.exp(epsilon))) / (a - 1)
+        # 1 / (1 + e^eps) as e^-eps / (1 + e^-eps): no overflow for eps beyond ~709.
+        weight = math.exp(-epsilon) / (1 + math.exp(-epsilon))
+        return epsilon + np.log1p(np.expm1(-2 * (a - 1) * epsilon) * weight) / (a - 1)
     terms = np.stack([a * epsilon, (1 - a) * epsilon, np.full_like(a, math.log(k - 2))])
     log_z = float(np.logaddexp(epsilon, math.log(k - 1)))
     values: FloatArray = (special.logsumexp(terms, axis=0) - log_z) / (a - 1)

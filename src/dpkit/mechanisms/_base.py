@@ -155,6 +155,8 @@ class NumericMechanism(Mechanism):
         mechanism allows.
         """
         repeats = check_integer("count", count, minimum=1)
+        if repeats > 2**40:
+            raise InvalidParameterError("count", count, "must be at most 2**40 releases per call")
         return self._release_repeated(value, repeats, resolve_source(rng))
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:

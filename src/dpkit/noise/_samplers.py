@@ -56,8 +56,16 @@ _BATCH = 1 << 20
 _TWO_64 = 1 << 64
 
 
+#: Most draws one call returns (2**40 int64 values are 8 TiB: beyond any machine, refused by name
+#: rather than by numpy's "maximum allowed dimension exceeded").
+MAX_DRAWS = 2**40
+
+
 def _check_size(size: int) -> int:
-    return check_integer("size", size, minimum=0)
+    n = check_integer("size", size, minimum=0)
+    if n > MAX_DRAWS:
+        raise InvalidParameterError("size", size, f"must be at most 2**40 ({MAX_DRAWS}) draws per call")
+    return n
 
 
 def _check_scale(name: str, value: float) -> float:

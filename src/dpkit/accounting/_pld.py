@@ -40,9 +40,10 @@ lower bound in exact arithmetic), labelled ``certified = False``.
 Floating-point rounding. The FFT's rounding error is bounded a posteriori from the computed
 spectra under the standard error model of a floating-point FFT (Higham 2002, Sec. 24.1; see
 ``_convolve``, doubled for safety) and that mass is moved to +inf. A power c amplifies relative
-errors c times, so for repeated events the forward transform and the power are taken in extended
-precision where the platform has it (x86 long double, unit roundoff 2^-64), and each
-distribution is centred first so the powers' phases stay small. The queries' own sums (tail sums
+errors c times, so for repeated events the forward transform runs in extended precision where the
+platform has it (x86 long double, unit roundoff 2^-64) and its cast to float64 is corrected to
+first order inside the power; each distribution is centred first so the powers' phases stay
+small. The queries' own sums (tail sums
 and a first-order recurrence over the grid) are rounded outward by a relative 2 (n + 2) u. The
 bound is worst-case (1e2 to 1e7 times the error measured against a long-double recomputation)
 yet small: the whole mass at +inf is 2.6e-13 for ten Gaussian events at discretization 1e-4
@@ -509,23 +510,23 @@ def _convolve(
 
     Each part is first rolled so that its mean sits at index 0 (the output is rolled back by the
     same total, exactly): its spectrum's phase is then small wherever its magnitude matters, which
-    keeps the rounding of the powers small. For a part used c > 1 times the forward transform,
-    and the power wherever |Y^c| > e^-700, are taken in ``forward_dtype``; the rest in float64.
+    keeps the rounding of the powers small. For a part used c > 1 times the forward transform is
+    taken in ``forward_dtype`` and, wherever |Y^c| > e^-700, its cast to complex128 corrected to
+    first order in the power; the rest runs in float64.
 
     Error model (entrywise, evaluated from the computed values; Higham 2002, Sec. 24.1): an FFT
     output errs by at most g sum|input| with g = stages * _FFT_STAGE_ERROR * u, since every output
     is a combination of the inputs with weights of modulus 1 through ``stages`` rounded
-    butterflies. So each spectrum entry Y_p is within E_p = g_fwd s_p (+ 2u |Y_p| where Y_p is
-    cast to complex128 before its power) of the exact DFT (s_p = sum x_p). A product of powers
-    then errs by at most sum_p c_p E_p A_p^(c_p - 1) prod_{q != p} A_q^c_q with A = |Y| + E (the
-    mean value theorem), plus the rounding of the powers themselves (relative (c_p |log Y_p| + 4)
-    u in their precision, computed as exp(c log z), and 2u for a cast) and of the product; the
-    inverse transform adds g (1/n) sum |Z| to each output
-    and passes on (1/n) sum |dZ|. Every output is bounded alike, so ``width`` outputs err by at
-    most ``width`` times that, doubled for safety. The bound is 1e3 to 1e7 times the error
-    measured against a long-double recomputation (tests/accounting/test_pld.py), and still small:
-    about 2.5e-13 for ten Gaussian events at discretization 1e-4, 6e-12 for DP-SGD's 14,063
-    subsampled steps (both directions), with extended-precision forward transforms and powers.
+    butterflies. So each spectrum entry Y_p is within E_p = g_fwd s_p (+ 2u |Y_p| where its cast
+    is not corrected) of the exact DFT (s_p = sum x_p). A product of powers then errs by at most
+    sum_p c_p E_p A_p^(c_p - 1) prod_{q != p} A_q^c_q with A = |Y| + E (the mean value theorem),
+    plus the rounding of the powers themselves (relative (c_p |log Y_p| + 4) u, computed as
+    exp(c log z); 6u + c u^2 more for the correction) and of the product; the inverse
+    transform adds g (1/n) sum |Z| to each output and passes on (1/n) sum |dZ|. Every output is
+    bounded alike, so ``width`` outputs err by at most ``width`` times that, doubled for safety.
+    The bound is 1e2 to 1e7 times the error measured against a long-double recomputation
+    (tests/accounting/test_pld.py), and still small: about 2.5e-13 for ten Gaussian events at
+    discretization 1e-4, 6e-12 for DP-SGD's 14,063 subsampled steps (both directions).
     """
     u = float(np.finfo(np.float64).eps) / 2
     stages = max(1, math.ceil(math.log2(n)))
@@ -549,19 +550,21 @@ def _convolve(
             spectrum = one if spectrum is None else spectrum * one
             shift_total += shift
             continue
-        with np.errstate(divide="ignore"):
+        with np.errstate(divide="ignore", invalid="ignore"):
             log_size = np.minimum(np.abs(np.log(one)), 1e300)  # |log Y| = |ln|Y| + i arg Y|
-            # Where Y^c is within float64's range, the power is taken in the forward precision from
-            # the uncast Y (a power amplifies a relative error c times); elsewhere |Y^c| < e^-700
-            # and float64 is plenty.
+            # A power amplifies a relative error c times, so the cast of Y to complex128 (relative
+            # u) would cost c u. Where Y^c is within float64's range it is corrected to first order:
+            # Y^c = Y_hi^c (1 + r)^c ~ Y_hi^c e^(c r), r = (Y - Y_hi) / Y_hi, |r| <= u, leaving a
+            # relative c r^2 / 2 <= c u^2. Elsewhere |Y^c| < e^-700 and the cast is harmless.
             wide = c * np.log(magnitude) > -700.0
+            residual = np.asarray(forward[wide] - one[wide], dtype=np.complex128) / one[wide]
         powered = one**c
-        powered[wide] = np.asarray(forward[wide] ** c, dtype=np.complex128)
-        u_forward = float(np.finfo(forward.real.dtype).eps) / 2
-        # The forward transform's error, plus the cast to complex128 where Y itself was cast.
+        powered[wide] *= np.exp(c * residual)
+        # The forward transform's error (in its own precision), plus the cast where uncorrected.
         error = g_forward * total + np.where(wide, 0.0, 2 * u * magnitude)
-        # Relative error of the power (exp(c log z)), plus the cast of the power where it was wide.
-        relative = np.where(wide, (c * log_size + 4) * u_forward + 2 * u, (c * log_size + 4) * u)
+        # Relative error of the power (exp(c log z) in float64), of the correction (a division, a
+        # product, an exp and a multiplication: 6u, and c u^2 from its first order).
+        relative = (c * log_size + 4) * u + np.where(wide, 6 * u + c * u * u, 0.0)
         pieces.append((magnitude, error, relative, c))
         spectrum = powered if spectrum is None else spectrum * powered
         shift_total += c * shift

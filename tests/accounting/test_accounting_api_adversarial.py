@@ -160,3 +160,16 @@ def test_within_a_non_guarantee_is_refused_by_name(guarantee: PureDP) -> None:
         guarantee.within("epsilon=1")  # type: ignore[arg-type]
     with pytest.raises(InvalidParameterError, match="budget"):
         guarantee.within(None)  # type: ignore[arg-type]
+
+
+def test_saddle_point_accountant_pickles_and_deep_copies() -> None:
+    """Its cumulant functions were closures ("Can't pickle local object"); now bound partials."""
+    import copy
+    import pickle
+
+    from dpkit.accounting import LaplaceEvent, PoissonSampledEvent, SaddlePointAccountant
+
+    accountant = SaddlePointAccountant().compose(GaussianEvent(1.0), 3)
+    accountant.compose(LaplaceEvent(2.0)).compose(PoissonSampledEvent(0.1, GaussianEvent(1.0)), 5)
+    for clone in (pickle.loads(pickle.dumps(accountant)), copy.deepcopy(accountant)):
+        assert clone.epsilon(1e-5) == accountant.epsilon(1e-5)

@@ -9,6 +9,7 @@ accountant (PLD pessimistic, RDP).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -121,69 +122,75 @@ Cumulants = Callable[[float], tuple[float, float, float]]
 _LEGENDRE_NODES, _LEGENDRE_WEIGHTS = np.polynomial.legendre.leggauss(64)
 
 
-def _gaussian_cumulants(mu: float) -> Cumulants:
-    # L ~ N(mu^2/2, mu^2) under P, so K(t) = mu^2 t (t + 1) / 2.
-    def cumulants(t: float) -> tuple[float, float, float]:
-        return mu * mu * t * (t + 1) / 2, mu * mu * (2 * t + 1) / 2, mu * mu
+# The cumulant functions are module-level functions bound with functools.partial (not closures),
+# so that an accountant holding them pickles and deep-copies.
 
-    return cumulants
+
+def _gaussian_cumulants(mu: float) -> Cumulants:
+    return functools.partial(_gaussian_cumulant_values, mu)
+
+
+def _gaussian_cumulant_values(mu: float, t: float) -> tuple[float, float, float]:
+    # L ~ N(mu^2/2, mu^2) under P, so K(t) = mu^2 t (t + 1) / 2.
+    return mu * mu * t * (t + 1) / 2, mu * mu * (2 * t + 1) / 2, mu * mu
 
 
 def _laplace_cumulants(scale: float) -> Cumulants:
     """Privacy loss of Lap(0, b) vs Lap(1, b): atoms +a (mass 1/2), -a (mass e^{-a}/2) with a = 1/b,
     and on (-a, a) the density e^{-a/2} e^{l/2} / 4 (change of variable l = (1 - 2y)/b)."""
-    a = 1.0 / scale
+    return functools.partial(_laplace_cumulant_values, 1.0 / scale)
 
-    def cumulants(t: float) -> tuple[float, float, float]:
-        s = t + 0.5
-        far = math.exp(-a * (1 + 2 * t))  # e^{-a} e^{-2ta}: every moment is scaled by e^{-ta}
-        moments = [0.5 * a**k + 0.5 * (-a) ** k * far for k in range(3)]
-        if s * a > 20:
-            # int_{-a}^{a} l^k e^{s l} dl = [e^{s l} P_k(l)], P_0 = 1/s, P_1 = l/s - 1/s^2, ...
-            def primitive(x: float, k: int) -> float:
-                return (1 / s, x / s - 1 / s**2, x * x / s - 2 * x / s**2 + 2 / s**3)[k]
 
-            for k in range(3):
-                moments[k] += 0.25 * (primitive(a, k) - far * primitive(-a, k))
-        else:
-            nodes = a * _LEGENDRE_NODES
-            weights = a * _LEGENDRE_WEIGHTS * 0.25 * np.exp(-a / 2 + s * nodes - t * a)
-            for k in range(3):
-                moments[k] += float(np.sum(weights * nodes**k))
-        mean = moments[1] / moments[0]
-        return t * a + math.log(moments[0]), mean, moments[2] / moments[0] - mean * mean
+def _laplace_cumulant_values(a: float, t: float) -> tuple[float, float, float]:
+    s = t + 0.5
+    far = math.exp(-a * (1 + 2 * t))  # e^{-a} e^{-2ta}: every moment is scaled by e^{-ta}
+    moments = [0.5 * a**k + 0.5 * (-a) ** k * far for k in range(3)]
+    if s * a > 20:
+        # int_{-a}^{a} l^k e^{s l} dl = [e^{s l} P_k(l)], P_0 = 1/s, P_1 = l/s - 1/s^2, ...
+        def primitive(x: float, k: int) -> float:
+            return (1 / s, x / s - 1 / s**2, x * x / s - 2 * x / s**2 + 2 / s**3)[k]
 
-    return cumulants
+        for k in range(3):
+            moments[k] += 0.25 * (primitive(a, k) - far * primitive(-a, k))
+    else:
+        nodes = a * _LEGENDRE_NODES
+        weights = a * _LEGENDRE_WEIGHTS * 0.25 * np.exp(-a / 2 + s * nodes - t * a)
+        for k in range(3):
+            moments[k] += float(np.sum(weights * nodes**k))
+    mean = moments[1] / moments[0]
+    return t * a + math.log(moments[0]), mean, moments[2] / moments[0] - mean * mean
 
 
 def _subsampled_gaussian_cumulants(rate: float, sigma: float, remove: bool) -> Cumulants:
     """Poisson-subsampled Gaussian: P = (1-q) N(0, s^2) + q N(1, s^2) vs Q = N(0, s^2) ("remove"),
     or the reverse order ("add"); moments by the trapezoid rule on a grid in y, spectrally accurate
     for these smooth, Gaussian-tailed integrands (Alghamdi et al. 2023 compute them numerically)."""
+    return functools.partial(_subsampled_gaussian_cumulant_values, rate, sigma, remove)
+
+
+def _subsampled_gaussian_cumulant_values(
+    rate: float, sigma: float, remove: bool, t: float
+) -> tuple[float, float, float]:
     log_keep = math.log1p(-rate)
     log_rate = math.log(rate)
-
-    def cumulants(t: float) -> tuple[float, float, float]:
-        low, high = -12 * sigma - 1 - t, 12 * sigma + 2 + t
-        points = int(min(max((high - low) / (sigma / 16), 2001), 200001))
-        y = np.linspace(low, high, points)
-        log_q = -0.5 * (y / sigma) ** 2
-        loss = np.logaddexp(log_keep, log_rate + (2 * y - 1) / (2 * sigma**2))  # log p/q, remove order
-        if remove:
-            log_weight = log_q + (1 + t) * loss  # p^{1+t} q^{-t} = q e^{(1+t) L}
-        else:
-            loss = -loss
-            log_weight = log_q + t * loss  # q^{1+t} p^{-t}, with L = log q/p under Q
-        shift = float(np.max(log_weight))
-        weight = np.exp(log_weight - shift)
-        m0 = float(np.sum(weight))
-        m1 = float(np.sum(weight * loss)) / m0
-        m2 = float(np.sum(weight * loss * loss)) / m0
-        # the grid spacing and the 1/sqrt(2 pi s^2) cancel between K and the normalisation at t=0
-        normaliser = math.log(sigma * math.sqrt(2 * math.pi)) - math.log((high - low) / (points - 1))
-        return shift + math.log(m0) - normaliser, m1, m2 - m1 * m1
-
-    return cumulants
+    low, high = -12 * sigma - 1 - t, 12 * sigma + 2 + t
+    points = int(min(max((high - low) / (sigma / 16), 2001), 200001))
+    y = np.linspace(low, high, points)
+    log_q = -0.5 * (y / sigma) ** 2
+    loss = np.logaddexp(log_keep, log_rate + (2 * y - 1) / (2 * sigma**2))  # log p/q, remove order
+    if remove:
+        log_weight = log_q + (1 + t) * loss  # p^{1+t} q^{-t} = q e^{(1+t) L}
+    else:
+        loss = -loss
+        log_weight = log_q + t * loss  # q^{1+t} p^{-t}, with L = log q/p under Q
+    shift = float(np.max(log_weight))
+    weight = np.exp(log_weight - shift)
+    m0 = float(np.sum(weight))
+    m1 = float(np.sum(weight * loss)) / m0
+    m2 = float(np.sum(weight * loss * loss)) / m0
+    # the grid spacing and the 1/sqrt(2 pi s^2) cancel between K and the normalisation at t=0
+    normaliser = math.log(sigma * math.sqrt(2 * math.pi)) - math.log((high - low) / (points - 1))
+    return shift + math.log(m0) - normaliser, m1, m2 - m1 * m1
 
 
 class SaddlePointAccountant(PrivacyAccountant):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -40,7 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     account = commands.add_parser("account", help="epsilon (or delta) of a workload, by every accountant")
     account.add_argument("workload", choices=["dpsgd", "gaussian", "laplace"])
     account.add_argument("--noise-multiplier", type=float, required=True, help="noise scale / sensitivity")
-    account.add_argument("--sampling-rate", type=float, default=1.0, help="Poisson sampling rate (dpsgd)")
+    account.add_argument(
+        "--sampling-rate", type=float, default=None, help="Poisson sampling rate (dpsgd only; default 1)"
+    )
     account.add_argument("--steps", type=int, default=1, help="number of releases / steps")
     target = account.add_mutually_exclusive_group()
     target.add_argument("--delta", type=float, default=None, help="report epsilon at this delta (default 1e-5)")
@@ -62,51 +65,152 @@ def main(argv: list[str] | None = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     if argv and argv[0] == "risk":
-        from dpkit.risk import cli_main
-
-        return cli_main(argv[1:])
+        return _guarded(_risk, argv[1:])
     args = parser.parse_args(argv)
+    return _guarded(_run, args)
 
+
+def _guarded(command: Callable[[Any], int], args: Any) -> int:
+    """Run ``command``: a dpkit error is one line on stderr and exit status 2; a closed pipe
+    (``dpkit sample -n 1000000 | head``) ends the command quietly instead of a traceback."""
     from dpkit import DPError
 
     try:
-        if args.command == "account":
-            return _account(args)
-        if args.command == "budget":
-            return _budget(args)
-        if args.command == "query":
-            from dpkit.engine._cli import run_query
-
-            return run_query(args)
-        if args.command == "demo":
-            from dpkit.demo import main as demo_main
-
-            demo_main()
-        else:
-            from dpkit import noise
-
-            draws = getattr(noise, args.mechanism)(args.scale, args.n)
-            print(" ".join(str(int(x)) for x in draws))
+        return command(args)
     except DPError as error:
         print(f"dpkit: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        try:  # Python would flush stdout again at exit and fail once more: point it at devnull
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+        except (OSError, ValueError, AttributeError):
+            pass
+        return 1
+
+
+def _risk(argv: list[str]) -> int:
+    from dpkit.risk import cli_main
+
+    try:
+        return cli_main(argv)
+    except ImportError as error:
+        print(f"dpkit risk: --plot needs matplotlib (pip install dpkit[plot]): {error}", file=sys.stderr)
+    except OSError as error:
+        if isinstance(error, BrokenPipeError):
+            raise
+        print(f"dpkit risk: --plot: cannot write the plot: {error}", file=sys.stderr)
+    return 2
+
+
+#: Draws per call of ``dpkit sample``: any -n streams in bounded memory.
+_SAMPLE_CHUNK = 1 << 16
+
+
+def _sample(args: argparse.Namespace) -> int:
+    from dpkit import noise
+    from dpkit._validation import check_integer
+
+    total = check_integer("-n", args.n, minimum=0)
+    sampler = getattr(noise, args.mechanism)
+    sampler(args.scale, 0)  # checks --scale before anything is printed
+    written = 0
+    while written < total:
+        size = min(_SAMPLE_CHUNK, total - written)
+        draws = sampler(args.scale, size)
+        sys.stdout.write((" " if written else "") + " ".join(str(int(x)) for x in draws))
+        written += size
+    sys.stdout.write("\n")
+    sys.stdout.flush()
     return 0
 
 
-def _workload_event(args: argparse.Namespace) -> Any:
-    from dpkit import events
+def _run(args: argparse.Namespace) -> int:
+    if args.command == "account":
+        return _account(args)
+    if args.command == "budget":
+        return _budget(args)
+    if args.command == "query":
+        from dpkit.engine._cli import run_query
 
-    if args.workload == "dpsgd":
-        return events.dpsgd_event(args.noise_multiplier, args.sampling_rate, args.steps)
-    single = (events.GaussianEvent if args.workload == "gaussian" else events.LaplaceEvent)(args.noise_multiplier)
-    return events.SelfComposedEvent(single, args.steps)
+        return run_query(args)
+    if args.command == "demo":
+        from dpkit.demo import main as demo_main
+
+        demo_main()
+        return 0
+    return _sample(args)
+
+
+#: The accounting API's parameter names, as ``dpkit account``'s options.
+_ACCOUNT_OPTIONS = {
+    "noise_multiplier": "--noise-multiplier",
+    "sampling_probability": "--sampling-rate",
+    "count": "--steps",
+    "steps": "--steps",
+}
+
+
+def _workload_event(args: argparse.Namespace) -> Any:
+    from dpkit import InvalidParameterError, events
+
+    try:
+        if args.workload == "dpsgd":
+            rate = 1.0 if args.sampling_rate is None else args.sampling_rate
+            return events.dpsgd_event(args.noise_multiplier, rate, args.steps)
+        if args.sampling_rate is not None:
+            raise InvalidParameterError(
+                "--sampling-rate", args.sampling_rate, f"applies to the dpsgd workload only, not {args.workload}"
+            )
+        single = (events.GaussianEvent if args.workload == "gaussian" else events.LaplaceEvent)(args.noise_multiplier)
+        return events.SelfComposedEvent(single, args.steps)
+    except InvalidParameterError as error:
+        option = _ACCOUNT_OPTIONS.get(error.name)
+        if option is None:
+            raise
+        # The option first, the API's name in brackets (for a search of the docs).
+        raise InvalidParameterError(f"{option} ({error.name})", error.value, error.allowed) from error
+
+
+def _plot_path(path: str) -> str:
+    """``--plot``'s file, checked before any work: a format matplotlib writes, in an existing folder."""
+    import os
+
+    from dpkit import InvalidParameterError
+
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError as error:
+        raise InvalidParameterError("--plot", path, "needs matplotlib: pip install dpkit[plot]") from error
+    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    suffix = os.path.splitext(path)[1].lower().lstrip(".")
+    if suffix not in formats:
+        raise InvalidParameterError("--plot", path, f"must end in a plot format: .{', .'.join(formats)}")
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path) or not os.path.isdir(folder):
+        raise InvalidParameterError("--plot", path, "must be a file name in an existing folder")
+    return path
+
+
+def _finite_or_none(value: Any) -> Any:
+    """JSON has no NaN or infinity (RFC 8259): a non-finite float becomes null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _account(args: argparse.Namespace) -> int:
-    from dpkit import accounting
+    from dpkit import DPError, InvalidParameterError, accounting
+    from dpkit._validation import check_delta, check_positive
 
     event = _workload_event(args)
+    if args.delta is not None:
+        check_delta(args.delta, "--delta")
+    if args.epsilon is not None:
+        check_positive("--epsilon", args.epsilon, allow_zero=True)
+    plot = _plot_path(args.plot) if args.plot else None
     delta = 1e-5 if args.delta is None and args.epsilon is None else args.delta
+    what = "epsilon" if delta is not None else "delta"
     factories: dict[str, Callable[[], PrivacyAccountant]] = {
         "PLD (pessimistic, certified)": lambda: accounting.PLDAccountant(),
         "PLD (optimistic estimate)": lambda: accounting.PLDAccountant(pessimistic=False),
@@ -125,34 +229,43 @@ def _account(args: argparse.Namespace) -> int:
         if not accountant.supports(event):
             rows.append({"accountant": name, "supported": False})
             continue
-        accountant.compose(event)
-        value = accountant.epsilon(delta) if delta is not None else accountant.delta(args.epsilon)
-        rows.append(
-            {
-                "accountant": name,
-                "supported": True,
-                "certified": bool(accountant.certified),
-                ("epsilon" if delta is not None else "delta"): value,
-                "seconds": round(time.perf_counter() - start, 4),
-            }
-        )
+        # One accountant refusing (PLD at 10^12 steps) or failing must not hide what the others say.
+        outcome: dict[str, Any]
+        try:
+            accountant.compose(event)
+            value = accountant.epsilon(delta) if delta is not None else accountant.delta(args.epsilon)
+            outcome = {what: float(value)}
+        except DPError as error:
+            outcome = {what: None, "error": str(error)}
+        except (ArithmeticError, ValueError) as error:  # a bug in that accountant: shown on its row
+            outcome = {what: None, "error": f"{type(error).__name__}: {error} (an internal error of this accountant)"}
+        # certified is read after composing: an approximate accountant says so once it has composed.
+        row = {"accountant": name, "supported": True, "certified": bool(accountant.certified), **outcome}
+        row["seconds"] = round(time.perf_counter() - start, 4)
+        rows.append(row)
     if args.json:
-        print(json.dumps({"workload": vars(args) | {"delta": delta}, "results": rows}, indent=2, default=str))
+        workload = vars(args) | {"delta": delta}
+        report = {"workload": workload, "results": [{k: _finite_or_none(v) for k, v in r.items()} for r in rows]}
+        print(json.dumps(report, indent=2, default=str, allow_nan=False))
     else:
-        what = f"epsilon at delta={delta:g}" if delta is not None else f"delta at epsilon={args.epsilon:g}"
-        print(
-            f"{args.workload}: noise multiplier {args.noise_multiplier}, rate {args.sampling_rate}, "
-            f"{args.steps} steps; {what}"
-        )
+        shown_what = f"epsilon at delta={delta:g}" if delta is not None else f"delta at epsilon={args.epsilon:g}"
+        rate = "" if args.sampling_rate is None else f", rate {args.sampling_rate}"
+        print(f"{args.workload}: noise multiplier {args.noise_multiplier}{rate}, {args.steps} steps; {shown_what}")
         for row in rows:
             if not row["supported"]:
                 print(f"  {row['accountant']:30} not supported")
                 continue
-            value = float(row["epsilon"] if "epsilon" in row else row["delta"])
+            if "error" in row:
+                print(f"  {row['accountant']:30} {'failed':>12}  ({_printable(row['error'])})")
+                continue
+            value = float(row[what])
             shown = "inf" if math.isinf(value) else f"{value:.6g}"
             print(f"  {row['accountant']:30} {shown:>12}  ({row['seconds']:.3f} s)")
-    if args.plot:
-        _plot_tradeoff(event, args.plot)
+    if plot is not None:
+        try:
+            _plot_tradeoff(event, plot)
+        except OSError as error:
+            raise InvalidParameterError("--plot", plot, f"could not be written: {error}") from error
     return 0
 
 

@@ -48,7 +48,10 @@ def people(rows: int = 4000, *, seed: int = 20261123) -> PeopleTable:
     (100, True)
     """
     n = check_integer("rows", rows, minimum=1)
-    generator = np.random.default_rng(seed)  # synthetic data generation, not a release path
+    # None would draw a fresh, unreproducible table: the promise is a deterministic one.
+    generator = np.random.default_rng(
+        check_integer("seed", seed, minimum=0)
+    )  # synthetic data generation, not a release path
     region = generator.choice(len(REGIONS), size=n, p=_REGION_WEIGHTS)
     age = np.clip(np.rint(generator.normal(44, 15, size=n)), 18, 90).astype(np.int64)
     # Income rises with age until ~55 and varies log-normally; a few very high earners.
@@ -78,8 +81,8 @@ def visits(persons: int = 4000, *, seed: int = 20261123) -> Any:
     """
     import pandas as pd
 
-    base = people(persons, seed=seed)
-    generator = np.random.default_rng(seed + 1)  # synthetic data generation, not a release path
+    base = people(check_integer("persons", persons, minimum=1), seed=seed)
+    generator = np.random.default_rng(int(seed) + 1)  # synthetic data generation, not a release path
     weights = np.arange(1, 21, dtype=np.float64) ** -1.5
     per_person = generator.choice(np.arange(1, 21), size=len(base), p=weights / weights.sum())
     owner = np.repeat(np.arange(len(base)), per_person)

@@ -15,6 +15,7 @@ Each answer comes with its 95% confidence interval, and the budget left is print
 
 from __future__ import annotations
 
+from dpkit._errors import InvalidParameterError
 from dpkit.datasets import REGIONS, visits
 from dpkit.engine import Result, Session, mean, median
 from dpkit.guarantees import ApproxDP
@@ -39,7 +40,10 @@ def open_session() -> Session:
 
 def run(session: Session | None = None, rng: RandomSource | None = None) -> list[tuple[str, Result]]:
     """Run the three releases (``rng`` is for tests only); return (title, result) pairs."""
-    session = session or open_session()
+    if session is None:
+        session = open_session()
+    elif not isinstance(session, Session):
+        raise InvalidParameterError("session", session, "must be None (the demo's own session) or a dpkit Session")
     by_region = session.sql(REGION_SQL, keys=list(REGIONS), rows_per_group=5, epsilon=0.5, rng=rng)
     customers = session.release(
         session.table().agg(median_income=median("income"), mean_age=mean("age")), epsilon=0.5, rng=rng

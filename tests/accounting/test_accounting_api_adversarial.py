@@ -173,3 +173,15 @@ def test_saddle_point_accountant_pickles_and_deep_copies() -> None:
     accountant.compose(LaplaceEvent(2.0)).compose(PoissonSampledEvent(0.1, GaussianEvent(1.0)), 5)
     for clone in (pickle.loads(pickle.dumps(accountant)), copy.deepcopy(accountant)):
         assert clone.epsilon(1e-5) == accountant.epsilon(1e-5)
+
+
+def test_advanced_and_saddle_point_survive_extreme_events() -> None:
+    """AdvancedAccountant overflowed on e^eps for eps = 1e300 (basic composition answers); the
+    saddle-point accountant leaked scipy's 'f(a) and f(b) must have different signs' for 1e12 Laplace
+    steps (epsilon below the mean loss: delta is 1 there)."""
+    from dpkit.accounting import AdvancedAccountant, LaplaceEvent, SaddlePointAccountant
+
+    assert AdvancedAccountant().compose(LaplaceEvent(1e-300)).epsilon(1e-6) == pytest.approx(1e300)
+    huge = SaddlePointAccountant().compose(LaplaceEvent(1.0), 10**12)
+    assert huge.delta(1.0) == 1.0
+    assert huge.epsilon(1e-5) == math.inf

@@ -279,7 +279,9 @@ class AdvancedAccountant(PrivacyAccountant):
         self._epsilon_square_sum += eps * eps * count
         self._delta_sum += dlt * count
         eps_up = _float_up(eps)
-        self._drift = round_up(self._drift + round_up(count * round_up(eps_up * math.expm1(eps_up))))
+        # eps (e^eps - 1) overflows above eps ~ 709: the advanced bound is then infinite (basic wins).
+        drift = math.inf if eps_up > 700.0 else round_up(eps_up * math.expm1(eps_up))
+        self._drift = round_up(self._drift + round_up(count * drift))
 
     def _advanced_epsilon(self, slack: float) -> float:
         """eps' at delta' = ``slack`` (> 0), rounded up."""

@@ -269,6 +269,10 @@ class SaddlePointAccountant(PrivacyAccountant):
             low, high = high, high * 2
             if high > 1e8:
                 return -math.inf  # the loss is bounded below eps: delta is 0
+        if not slope(low) < 0:
+            # The saddle lies below t = 1e-9: epsilon is at or below the mean loss, where delta is
+            # close to 1; answer the trivial delta = 1 (brentq had no sign change to bracket).
+            return 0.0
         t0 = float(optimize.brentq(slope, low, high, xtol=1e-12, rtol=1e-12))
         k0, _, k2 = self._total(terms, t0)
         curvature = k2 + 1 / t0**2 + 1 / (1 + t0) ** 2

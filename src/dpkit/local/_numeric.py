@@ -25,30 +25,28 @@ from dpkit.noise import RandomSource, bernoulli_logistic, resolve_source, unifor
 __all__ = ["DuchiMechanism", "PiecewiseMechanism"]
 
 
+def _in_unit_interval(name: str, raw: Any, array: NDArray[Any], allowed: str) -> NDArray[np.float64]:
+    """``array`` (read from ``raw``) as floats, refused by ``name`` unless all are real numbers in [-1, 1]."""
+    if array.dtype.kind not in "iuf" or isinstance(raw, bool | np.bool_):
+        raise InvalidParameterError(name, raw, allowed)
+    values = array.astype(np.float64)
+    if not np.all(np.isfinite(values)) or np.any(np.abs(values) > 1):
+        raise InvalidParameterError(name, raw, allowed)
+    return values
+
+
 class _MeanMechanism(LocalRandomizer, ABC):
     name: ClassVar[str] = "mean"
 
     def _values(self, values: Any) -> NDArray[np.float64]:
         allowed = "must be real numbers in [-1, 1]"
-        array = _one_value_per_person("values", values, allowed)
-        if array.dtype.kind not in "iuf" or isinstance(values, bool | np.bool_):
-            raise InvalidParameterError("values", values, allowed)
-        array = array.astype(np.float64)
-        if not np.all(np.isfinite(array)) or np.any(np.abs(array) > 1):
-            raise InvalidParameterError("values", values, allowed)
-        return array
+        return _in_unit_interval("values", values, _one_value_per_person("values", values, allowed), allowed)
 
     @staticmethod
     def _domain_value(value: Any) -> NDArray[np.float64]:
         """A value (or array of values) in [-1, 1], for the per-value formulas."""
         allowed = "must be a real number (or an array of them) in [-1, 1]"
-        array = _as_array("value", value, allowed)
-        if array.dtype.kind not in "iuf" or isinstance(value, bool | np.bool_):
-            raise InvalidParameterError("value", value, allowed)
-        x = array.astype(np.float64)
-        if not np.all(np.isfinite(x)) or np.any(np.abs(x) > 1):
-            raise InvalidParameterError("value", value, allowed)
-        return x
+        return _in_unit_interval("value", value, _as_array("value", value, allowed), allowed)
 
     def _reports(self, reports: Any) -> NDArray[np.float64]:
         if not isinstance(reports, LocalReports) or reports.oracle != self.name:

@@ -284,3 +284,16 @@ def test_duchi_is_exactly_unbiased(epsilon):
         assert math.isclose(mean, x, rel_tol=1e-12, abs_tol=1e-12)
         variance = mechanism.bound**2 - mean**2
         assert math.isclose(variance, float(mechanism.report_variance(x)), rel_tol=1e-12)
+
+
+def test_choose_never_recommends_an_oracle_that_cannot_run() -> None:
+    """choose(k=2**40) recommended OUE, whose k-bit messages (and k-count estimate) cannot be held:
+    unary encodings are not offered above 2**24 categories, and k above 2**31 is refused by name."""
+    from dpkit.local import choose
+
+    large = choose(2**25, 1.0, 10_000)
+    assert large.oracle_name in ("OLH", "HadamardResponse") and "OUE" not in large.variances
+    assert "k-bit messages too long" in large.reason
+    with pytest.raises(dpkit.InvalidParameterError, match="HeavyHitters"):
+        choose(2**40, 1.0, 10_000)
+    assert choose(1024, 1.0, 10_000).oracle_name == "OLH"  # ordinary domains unchanged

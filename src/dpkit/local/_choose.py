@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_epsilon, check_integer
 from dpkit.local._frequency import KRR, OLH, OUE, SUE, FrequencyOracle, HadamardResponse
 
@@ -19,6 +20,10 @@ __all__ = ["LDPvsCentral", "OracleChoice", "choose", "ldp_vs_central_error", "pl
 
 # OLH sends O(log k) bits, OUE k bits: within this factor of OUE's variance OLH is preferred.
 _COMMUNICATION_SLACK = 1.05
+# Frequency oracles estimate one count per category: beyond this the estimate cannot be held.
+_MAX_CATEGORIES = 2**31
+# Unary encodings send k bits per person: beyond 2**24 (2 MiB per message) they are not offered.
+_MAX_UNARY_CATEGORIES = 2**24
 # OLH's default g = round(e^eps) + 1 must be below 2**31 (see OLH).
 _OLH_MAX_EPSILON = math.log(2.0**31 - 2)
 
@@ -49,14 +54,22 @@ def choose(k: int, epsilon: float, n: int) -> OracleChoice:
     'OLH'
     """
     categories = check_integer("k", k, minimum=2)
+    if categories > _MAX_CATEGORIES:
+        raise InvalidParameterError(
+            "k",
+            k,
+            f"must be at most 2**31 ({_MAX_CATEGORIES}): an estimate holds one count per category; "
+            "for larger domains find the frequent items with dpkit.local.HeavyHitters",
+        )
     eps = check_epsilon(epsilon)
     count = check_integer("n", n, minimum=1)
     candidates: dict[str, FrequencyOracle] = {
         "KRR": KRR(categories, eps),
-        "SUE": SUE(categories, eps),
-        "OUE": OUE(categories, eps),
         "HadamardResponse": HadamardResponse(categories, eps),
     }
+    if categories <= _MAX_UNARY_CATEGORIES:  # unary encodings send k bits per person
+        candidates["SUE"] = SUE(categories, eps)
+        candidates["OUE"] = OUE(categories, eps)
     if eps <= _OLH_MAX_EPSILON and categories < 2**31:  # OLH's g = round(e^eps) + 1 buckets stay below 2**31
         candidates["OLH"] = OLH(categories, eps)
     variances = {name: float(oracle.variance(count)) for name, oracle in candidates.items()}
@@ -65,10 +78,11 @@ def choose(k: int, epsilon: float, n: int) -> OracleChoice:
     if best == "OUE" and variances.get("OLH", math.inf) <= _COMMUNICATION_SLACK * variances["OUE"]:
         best = "OLH"
     rule = "holds" if categories < threshold else "fails"
-    olh = f"{variances['OLH']:.4g}" if "OLH" in variances else "n/a (epsilon too large)"
+    olh = f"{variances['OLH']:.4g}" if "OLH" in variances else "n/a (its g or k would reach 2**31)"
+    oue = f"{variances['OUE']:.4g}" if "OUE" in variances else "n/a (k-bit messages too long)"
     reason = (
         f"{best} has the lowest count variance ({variances[best]:.4g}; k-RR {variances['KRR']:.4g}, "
-        f"OUE {variances['OUE']:.4g}, OLH {olh}); Wang et al.'s rule "
+        f"OUE {oue}, OLH {olh}); Wang et al.'s rule "
         f"k < 3e^eps + 2 = {threshold:.2f} {rule} for k = {categories}"
     )
     if best == "OLH" and categories < threshold:

@@ -13,12 +13,11 @@ registered Arrow table (dpkit's default above 256 keys); the ratio is printed.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 
 import numpy as np
 import pandas as pd
+from _timing import median_release_seconds  # bench/ is on sys.path when a script runs
 
 import dpkit
 from dpkit import engine as E
@@ -39,16 +38,10 @@ def main() -> None:
     print(f"{'keys':>8} {'VALUES text':>12} {'key table':>10} {'ratio':>6}")
     for count in args.keys:
         query = session.table().group_by("g", keys=list(range(count))).agg(n=E.count())
-        timings = {}
-        for label, threshold in (("values", 10**12), ("table", default)):
-            _aggregation.KEY_TABLE_THRESHOLD = threshold
-            runs = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                query.release(epsilon=1.0)
-                runs.append(time.perf_counter() - start)
-            timings[label] = statistics.median(runs)
-        _aggregation.KEY_TABLE_THRESHOLD = default
+        timings = {
+            label: median_release_seconds(query, args.repeats, _aggregation, "KEY_TABLE_THRESHOLD", threshold)
+            for label, threshold in (("values", 10**12), ("table", default))
+        }
         ratio = timings["values"] / timings["table"]
         print(f"{count:>8} {timings['values']:>11.2f}s {timings['table']:>9.2f}s {ratio:>5.1f}x")
 

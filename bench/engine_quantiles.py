@@ -15,12 +15,11 @@ from the same exact law (``tests/mechanisms/test_selection.py``).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 import warnings
 
 import numpy as np
 import pandas as pd
+from _timing import median_release_seconds  # bench/ is on sys.path when a script runs
 
 import dpkit
 from dpkit import engine as E
@@ -51,16 +50,10 @@ def main() -> None:
             .group_by("g", keys=list(range(groups)))
             .agg(med=E.median("x", bounds=(0, 100)), tails=E.quantiles("x", [0.1, 0.9], bounds=(0, 100)))
         )
-        timings = {}
-        for label, block in (("single", 1), ("batched", default)):
-            _execute._QUANTILE_BLOCK = block
-            runs = []
-            for _ in range(args.repeats):
-                start = time.perf_counter()
-                query.release(epsilon=1.0)
-                runs.append(time.perf_counter() - start)
-            timings[label] = statistics.median(runs)
-        _execute._QUANTILE_BLOCK = default
+        timings = {
+            label: median_release_seconds(query, args.repeats, _execute, "_QUANTILE_BLOCK", block)
+            for label, block in (("single", 1), ("batched", default))
+        }
         ratio = timings["single"] / timings["batched"]
         print(f"{groups:>8} {timings['single']:>19.2f}s {timings['batched']:>8.2f}s {ratio:>5.1f}x")
 

@@ -660,3 +660,68 @@ def test_the_key_can_come_from_the_environment(tmp_path: Path, monkeypatch: pyte
     with pytest.raises(InvalidParameterError) as refused:
         Ledger(budget=PureDP(1.0))
     assert refused.value.name == "DPKIT_LEDGER_KEY"
+
+
+# -- 7. what the main file alone holds ------------------------------------------------------------
+
+
+def _journal_mode(path: Path) -> str:
+    raw = sqlite3.connect(path)
+    try:
+        (mode,) = raw.execute("PRAGMA journal_mode").fetchone()
+    finally:
+        raw.close()
+    return str(mode).lower()
+
+
+def test_a_debit_is_in_the_main_file_when_reserve_returns_even_with_no_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A process killed right after its commit never runs anything more: here nothing after the
+    # commit runs either (no checkpoint), and the main file alone, without any sidecar, must
+    # already hold every debit. In WAL mode the debits would sit in the -wal only.
+    monkeypatch.setattr(Ledger, "_checkpoint", lambda self: None)
+    path = tmp_path / "ledger.db"
+    with Ledger(path, PureDP(1.0)) as ledger, Ledger(path) as reader:
+        for _ in range(3):
+            ledger.reserve(PureDP(0.1))
+            assert reader.remaining.epsilon < 1.0  # another connection reads between debits
+        assert _journal_mode(path) == "delete"
+        assert not Path(f"{path}-wal").exists()
+        copy = tmp_path / "copy.db"
+        copy.write_bytes(path.read_bytes())  # the main file alone, while both are open
+    with Ledger(copy) as reopened:
+        assert len(reopened.entries()) == 3
+        assert reopened.remaining == PureDP(0.7)
+
+
+def test_a_ledger_made_in_wal_mode_is_moved_to_the_journal_when_opened_alone(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger(path, PureDP(1.0)) as ledger:
+        ledger.reserve(PureDP(0.25))
+    raw = sqlite3.connect(path)
+    raw.execute("PRAGMA journal_mode = WAL")
+    raw.close()
+    assert _journal_mode(path) == "wal"  # as an earlier dpkit left it
+
+    holder = sqlite3.connect(path)  # another connection: the switch must wait, and nothing breaks
+    holder.execute("SELECT COUNT(*) FROM ledger_entries").fetchone()
+    try:
+        with Ledger(path) as busy:
+            busy.reserve(PureDP(0.25))
+            copy = tmp_path / "copy.db"
+            copy.write_bytes(path.read_bytes())  # still WAL: the debit was checkpointed into the file
+            assert _journal_mode(path) == "wal"
+    finally:
+        holder.close()
+    raw = sqlite3.connect(copy)
+    raw.execute("PRAGMA journal_mode = DELETE")
+    raw.close()
+    with Ledger(copy) as reopened:
+        assert reopened.remaining == PureDP(0.5)
+
+    with Ledger(path) as alone:
+        assert alone.remaining == PureDP(0.5)
+        assert len(alone.entries()) == 2
+    assert _journal_mode(path) == "delete"
+    assert not Path(f"{path}-wal").exists()

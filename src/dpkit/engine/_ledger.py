@@ -35,16 +35,20 @@ chosen rho it would be an odometer claim, which needs more: Whitehouse et al. 20
 
 Storage and durability
 ----------------------
-The file is in SQLite's write-ahead-log mode with ``synchronous=FULL``: a commit is one append
-to the WAL plus an fsync, so a committed debit survives ``kill -9`` and power loss, and a
-process killed mid-transaction leaves uncommitted frames that recovery ignores. WAL also lets
-readers (``dpkit budget``, :attr:`Ledger.remaining`) run without blocking a debit. Like all
-SQLite locking it needs a local file system (not NFS). Each debit is checkpointed into the main
-file right after its commit (PASSIVE, best effort: one that a reader's older snapshot blocks, or
-a process killed in between, leaves the debit in the WAL until a later checkpoint), so the main
-file alone rarely lags; still copy a live ledger with the SQLite backup API (or after every
-connection closed), never by copying the main file alone, and never delete a ``-wal`` sidecar:
-it can hold the newest debits, and a ledger without them reads as if they were never made.
+The file uses SQLite's rollback journal (``journal_mode=DELETE``) with ``synchronous=EXTRA``:
+a commit writes the old pages to a ``-journal`` sidecar, fsyncs it, writes the new pages into
+the main file, fsyncs it, then deletes the journal and fsyncs the directory. When
+:meth:`Ledger.reserve` returns, the debit is in the main file itself, so a committed debit
+survives ``kill -9`` and power loss, and a copy of the main file (or a ledger whose sidecars
+were lost) never lacks a debit that was committed. A process killed mid-transaction leaves a
+"hot" journal that the next opener rolls back; deleting that journal instead leaves a
+half-written file, which the integrity checks below refuse. (Write-ahead-log mode, used by
+earlier versions, kept the newest debits only in a ``-wal`` sidecar until a checkpoint; a
+ledger file still in that mode is moved to the rollback journal when first opened with no
+other connection on it, and until then each debit is checkpointed into the main file.)
+Readers (``dpkit budget``, :attr:`Ledger.remaining`) take a shared lock for the moment of a
+read and a debit waits for them (and they for it), retrying for up to a minute. Like all
+SQLite locking it needs a local file system (not NFS).
 
 A new file is built under a temporary name and hard-linked into place, which fails if the name
 exists: when two processes create one path at once exactly one creates it, the other opens it,
@@ -453,14 +457,33 @@ def _connect(database: str) -> sqlite3.Connection:
     )
     try:
         connection.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
-        # FULL: every commit is fsynced before reserve() returns (see the module docstring).
-        connection.execute("PRAGMA synchronous = FULL")
+        # EXTRA: every commit is fsynced, the journal's deletion included, before reserve() returns
+        # (see the module docstring).
+        connection.execute("PRAGMA synchronous = EXTRA")
         # A tampered file must not get to run functions from its schema.
         connection.execute("PRAGMA trusted_schema = OFF")
     except BaseException:
         connection.close()
         raise
     return connection
+
+
+def _leave_write_ahead_log(connection: sqlite3.Connection) -> bool:
+    """Move a ledger file made in WAL mode (by an earlier dpkit) to the rollback journal; True if it stays in WAL.
+
+    SQLite allows the switch only while no other connection has the file open, so this does not
+    wait: a ledger in use elsewhere stays in WAL mode (each debit then checkpointed, as before)
+    and is moved by the first process that opens it alone. For a file already in rollback mode
+    the pragma only sets this connection's journal mode.
+    """
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        (mode,) = connection.execute("PRAGMA journal_mode = DELETE").fetchone()
+    except sqlite3.Error:
+        mode = "wal"  # busy (another connection), or unreadable: the reads that follow report the latter
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {int(_BUSY_TIMEOUT_S * 1000)}")
+    return str(mode).lower() == "wal"
 
 
 def _error_code(exc: sqlite3.Error) -> int:
@@ -483,7 +506,7 @@ def _unreadable(name: str, exc: sqlite3.Error) -> LedgerCorruptedError | Invalid
             "ledger",
             name,
             f"cannot be opened ({exc}): dpkit needs read and write access to the ledger file and to its "
-            "directory, where SQLite keeps the -wal and -shm files beside it",
+            "directory, where SQLite keeps its -journal file beside it",
         )
     return LedgerCorruptedError(f"{name} cannot be read: {exc}")
 
@@ -543,10 +566,10 @@ def _create_file(path: Path, budget: Guarantee, key: bytes | None) -> None:
         try:
             connection = _connect(str(temporary))
             try:
-                connection.execute("PRAGMA journal_mode = WAL")
+                connection.execute("PRAGMA journal_mode = DELETE")
                 _initialise(connection, budget, key)
             finally:
-                connection.close()  # the last connection checkpoints the WAL into the file and removes it
+                connection.close()
             descriptor = os.open(temporary, os.O_RDONLY)
             try:
                 os.fsync(descriptor)
@@ -567,7 +590,7 @@ def _create_file(path: Path, budget: Guarantee, key: bytes | None) -> None:
             ) from exc
         _fsync_directory(directory)
     finally:
-        for leftover in (temporary, Path(f"{temporary}-wal"), Path(f"{temporary}-shm")):
+        for leftover in (temporary, *(Path(f"{temporary}{suffix}") for suffix in ("-journal", "-wal", "-shm"))):
             try:
                 leftover.unlink()
             except FileNotFoundError:
@@ -628,6 +651,7 @@ class Ledger:
         self._key = _resolve_key(key)
         self._lock = threading.RLock()
         self._connection: sqlite3.Connection | None = None
+        self._write_ahead = False  # a file still in WAL mode (made by an earlier version)
         self._pid = os.getpid()
         if self._path is None:
             if budget is None:
@@ -650,6 +674,7 @@ class Ledger:
                 connection = _connect(str(self._path))
             except sqlite3.DatabaseError as exc:
                 raise _unreadable(f"ledger {str(self._path)!r}", exc) from exc
+            self._write_ahead = _leave_write_ahead_log(connection)
         self._connection = connection
         try:
             self._header = self._transaction(self._read_header, immediate=False)
@@ -806,14 +831,15 @@ class Ledger:
         return self._connection
 
     def _checkpoint(self) -> None:
-        """Copy committed debits from the WAL into the main file, best effort.
+        """On a file still in WAL mode, copy committed debits from the WAL into the main file, best effort.
 
         A commit is durable once it is in the WAL, but until a checkpoint only the ``-wal``
         sidecar holds it: a copy of the main file alone, or a sidecar lost after a crash, would
         read as a budget with those debits never made. PASSIVE waits for no one; a checkpoint
         that cannot finish now (a reader holds an older snapshot) is completed by a later one.
+        Files in the rollback-journal mode dpkit now uses need none: a commit writes the main file.
         """
-        if self._path is None or self._connection is None:
+        if not self._write_ahead or self._connection is None:
             return
         try:
             self._connection.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()

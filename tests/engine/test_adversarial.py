@@ -334,3 +334,54 @@ def test_cli_keys_that_do_not_parse_as_the_column_type_are_refused(
     assert main(["query", str(data), sql, "--epsilon", "1", "--keys", "day=2020-13-45"]) == 2
     captured = capsys.readouterr()
     assert "--keys" in captured.err and "Traceback" not in captured.err
+
+
+def test_a_result_with_no_rows_keeps_its_column_types() -> None:
+    # Private keys that select nothing used to give columns of no type (pyarrow null, Polars Null,
+    # pandas float64 for a text key), so concatenating it with a later result changed the types.
+    import polars as pl
+    import pyarrow as pa
+
+    def table(people: int) -> pa.Table:
+        return pa.table(
+            {
+                "pid": pa.array(range(people), pa.int64()),
+                "region": pa.array(["n"] * people, pa.string()),
+                "flag": pa.array([True] * people, pa.bool_()),
+                "day": pa.array([datetime.date(2020, 1, 1)] * people, pa.date32()),
+                "at": pa.array([datetime.datetime(2020, 1, 1, 10)] * people, pa.timestamp("us")),
+                "code": pa.array([7] * people, pa.int64()),
+                "price": pa.array([decimal.Decimal("1.50")] * people, pa.decimal128(10, 2)),
+                "x": pa.array([1.0] * people, pa.float64()),
+            }
+        )
+
+    keys = "region, flag, day, at, code, price"
+    sql = f"SELECT {keys}, COUNT(*) AS n, AVG(x) AS m FROM t GROUP BY {keys}"
+    expected = pa.schema(
+        [
+            ("region", pa.string()),
+            ("flag", pa.bool_()),
+            ("day", pa.date32()),
+            ("at", pa.timestamp("us")),
+            ("code", pa.int64()),
+            ("price", pa.decimal128(10, 2)),
+            *((name, pa.float64()) for name in ("n", "n_low", "n_high", "m", "m_low", "m_high")),
+        ]
+    )
+    empty = dpkit.Session.from_arrow(table(3), name="t", privacy_unit="pid", budget=BUDGET).sql(
+        sql, epsilon=1.0, delta=1e-6, bounds={"x": (0, 2)}, rng=InsecureSeededRandom(1)
+    )
+    assert len(empty) == 0
+    assert empty.to_arrow().schema == expected
+    assert empty.to_polars().schema == pl.from_arrow(expected.empty_table()).schema
+    frame = empty.to_pandas()
+    assert list(frame.columns) == expected.names
+    assert frame["code"].dtype == "int64" and frame["flag"].dtype == bool and frame["n"].dtype == "float64"
+
+    full = dpkit.Session.from_arrow(table(2000), name="t", privacy_unit="pid", budget=BUDGET).sql(
+        sql, epsilon=1.0, delta=1e-6, bounds={"x": (0, 2)}, rng=InsecureSeededRandom(1)
+    )
+    assert len(full) == 1
+    # The same types as a result with rows (decimal keys come back as Python Decimals of any scale).
+    assert full.to_arrow().schema.remove(5) == expected.remove(5)

@@ -190,6 +190,9 @@ class CompiledQuery:
     selection_key: str = "persons"
     #: Group columns of a floating type (their -0.0 is grouped, ranked and released as 0.0).
     float_groups: frozenset[str] = frozenset()
+    #: Each group column's type as the backend names it (bins left out): the types of a result
+    #: that has no rows (private keys, none selected).
+    group_types: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def public_keys(self) -> bool:
@@ -784,6 +787,7 @@ def compile_query(
         cost=cost,
         selection_key=selection_key,
         float_groups=float_groups,
+        group_types={g: available[g].type for g in query.group_by if isinstance(g, str)},
     )
     compiled.verify()
     return compiled

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NoReturn, SupportsIndex
 
 from dpkit.engine._plan import Contribution
@@ -95,6 +95,34 @@ def _thawed(value: Any) -> Any:
     return value
 
 
+_ARROW_TYPES = {
+    # DuckDB's names, then Spark's.
+    "BOOLEAN": "bool_", "BOOL": "bool_", "TINYINT": "int8", "SMALLINT": "int16", "INTEGER": "int32",
+    "INT": "int32", "BIGINT": "int64", "UTINYINT": "uint8", "USMALLINT": "uint16", "UINTEGER": "uint32",
+    "UBIGINT": "uint64", "FLOAT": "float32", "REAL": "float32", "DOUBLE": "float64", "VARCHAR": "string",
+    "TEXT": "string", "DATE": "date32", "BYTE": "int8", "SHORT": "int16", "LONG": "int64", "STRING": "string",
+}  # fmt: skip
+
+
+def _arrow_type(sql_type: str) -> Any:
+    """The pyarrow type of a backend column type (null for one without a plain counterpart)."""
+    import pyarrow as pa
+
+    kind = sql_type.strip().upper()
+    if kind in _ARROW_TYPES:
+        return getattr(pa, _ARROW_TYPES[kind])()
+    if kind.startswith(("VARCHAR", "CHAR")):
+        return pa.string()
+    if kind.startswith(("DECIMAL", "NUMERIC")) and "(" in kind:
+        precision, _, scale = kind[kind.index("(") + 1 : kind.rindex(")")].partition(",")
+        return pa.decimal128(int(precision), int(scale or 0))
+    if kind in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):
+        return pa.timestamp("us", tz="UTC")
+    if kind in ("TIMESTAMP", "TIMESTAMP_NTZ", "DATETIME"):
+        return pa.timestamp("us")
+    return pa.null()
+
+
 @dataclass(frozen=True)
 class Result:
     """A released query: noisy values, (1 - alpha) confidence intervals, and what it cost.
@@ -117,33 +145,51 @@ class Result:
     bounds: dict[str, tuple[float, float]]
     description: str
     entry_index: int | None = None
+    #: Each group column's type as the backend names it (e.g. ``VARCHAR``, ``DATE``): a result with
+    #: no rows keeps its columns' types (aggregates are always float64).
+    group_types: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # What was released is what is reported: the columns, split and bounds are read-only
         # copies, so neither the caller nor code holding the inputs can change them afterwards.
-        for name in ("columns", "budget_split", "bounds"):
+        for name in ("columns", "budget_split", "bounds", "group_types"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     def _plain_columns(self) -> dict[str, list[Any]]:
         return {name: list(values) for name, values in self.columns.items()}
 
+    def _empty_table(self) -> Any:
+        """The column types of a result with no rows, as an empty pyarrow Table (None if it has rows)."""
+        if len(self):
+            return None
+        import pyarrow as pa
+
+        fields = [
+            pa.field(name, _arrow_type(self.group_types[name]) if name in self.group_types else pa.float64())
+            for name in self.columns
+        ]
+        return pa.schema(fields).empty_table()
+
     def to_pandas(self) -> Any:
         """The result as a pandas DataFrame (a copy: changing it leaves the result as released)."""
         import pandas as pd
 
-        return pd.DataFrame(self._plain_columns())
+        empty = self._empty_table()
+        return pd.DataFrame(self._plain_columns()) if empty is None else empty.to_pandas()
 
     def to_arrow(self) -> Any:
         """The result as a pyarrow Table."""
         import pyarrow as pa
 
-        return pa.table(self._plain_columns())
+        empty = self._empty_table()
+        return pa.table(self._plain_columns()) if empty is None else empty
 
     def to_polars(self) -> Any:
         """The result as a Polars DataFrame."""
         import polars as pl
 
-        return pl.DataFrame(self._plain_columns())
+        empty = self._empty_table()
+        return pl.DataFrame(self._plain_columns()) if empty is None else pl.from_arrow(empty)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (NaN and infinity as None): rows, cost, split, bounds and contribution limits."""

@@ -412,6 +412,7 @@ class Session:
             bounds=released.bounds,
             description=compiled.query.describe(),
             entry_index=getattr(entry, "index", None),
+            group_types=dict(compiled.group_types),
         )
 
     def progress(self) -> float | None:

@@ -306,3 +306,36 @@ def test_a_result_with_zero_groups_converts_and_prints(tmp_path: Path) -> None:
     assert result.to_arrow().num_rows == 0 and result.to_polars().height == 0
     assert _strict_json(json.dumps(result.to_dict()))["rows"] == []
     assert str(result).splitlines()[0].split() == ["g", "n", "n_low", "n_high"]
+
+
+def test_an_empty_budget_option_is_refused_not_read_as_absent(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --budget "" used to fall back to "this query's cost", creating a ledger the user did not ask for.
+    ledger = tmp_path / "budget.db"
+    args = ["query", str(data), COUNT_SQL, "--keys", KEYS, "--epsilon", "0.1", "--ledger", str(ledger)]
+    assert main([*args, "--budget", ""]) == 2
+    assert "--budget" in capsys.readouterr().err
+    assert not ledger.exists()
+
+
+def test_bounds_for_a_column_that_does_not_exist_are_refused_before_anything_is_spent(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A misspelt --bounds (incme for income) was ignored without a word.
+    ledger = tmp_path / "budget.db"
+    args = ["query", str(data), COUNT_SQL, "--keys", KEYS, "--epsilon", "0.1", "--budget", "epsilon=1"]
+    assert main([*args, "--ledger", str(ledger), "--bounds", "incme=0:100"]) == 2
+    err = capsys.readouterr().err
+    assert "bounds" in err and "incme" in err
+    assert not ledger.exists()
+    frame = pd.DataFrame({"person": [1, 2], "x": [1.0, 2.0]})
+    session = Session.from_pandas(frame, name="t", privacy_unit="person", budget=PureDP(2.0), bounds={"y": (0, 1)})
+    with pytest.raises(InvalidParameterError, match="'y'"):
+        session.sql("SELECT COUNT(*) FROM t", epsilon=1.0)
+    session = Session.from_pandas(frame, name="t", privacy_unit="person", budget=PureDP(2.0), bounds={"X": (0, 1)})
+    with pytest.raises(InvalidParameterError, match="'z'"):
+        session.sql("SELECT SUM(x) FROM t", epsilon=1.0, bounds={"z": (0, 1)})
+    assert session.remaining == PureDP(2.0)
+    session.sql("SELECT SUM(x) FROM t", epsilon=1.0, bounds={"x": (0, 2)})  # known columns, any case
+    assert session.remaining == PureDP(1.0)

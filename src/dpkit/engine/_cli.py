@@ -269,7 +269,7 @@ def run_query(args: argparse.Namespace) -> int:
         raise InvalidParameterError("DATA", path, "must be an existing file")
     bounds = parse_bounds(args.bounds)
     new_ledger = args.ledger is None or not os.path.lexists(args.ledger)
-    budget = parse_budget(args.budget) if args.budget else (_default_budget(args) if new_ledger else None)
+    budget = parse_budget(args.budget) if args.budget is not None else (_default_budget(args) if new_ledger else None)
 
     def open_session(ledger: str | None) -> Session:
         return Session(
@@ -298,7 +298,7 @@ def run_query(args: argparse.Namespace) -> int:
     # A preview spends nothing and never creates a ledger file: with a new --ledger it is checked
     # against the budget that file would get, in memory.
     session = open_session(None if args.preview and new_ledger else args.ledger)
-    if args.ledger is not None and new_ledger and not args.budget and not args.preview:
+    if args.ledger is not None and new_ledger and args.budget is None and not args.preview:
         print(
             f"dpkit: created ledger {args.ledger} with budget {budget} (this query's cost); "
             "pass --budget to set a larger total",

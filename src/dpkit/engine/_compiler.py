@@ -717,6 +717,16 @@ def compile_query(
     merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
     for column, value in (bounds or {}).items():
         merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)
+    known = {name.casefold() for name in context.columns}
+    known.update(name.casefold() for table in context.public_tables.values() for name in table)
+    for column in merged:
+        if str(column).casefold() not in known:  # a misspelt name would leave its column unbounded
+            raise InvalidParameterError(
+                "bounds",
+                column,
+                f"is not a column of {context.table!r} or of a public table; columns: "
+                f"{', '.join(sorted(context.columns))}",
+            )
     bounds_name = spelling_resolver(list(merged))  # bounds={"income": ...} for a column Income
     resolved: dict[str, tuple[float, float] | str] = {}
     for name, aggregate in query.aggregates:

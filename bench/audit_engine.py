@@ -1,4 +1,4 @@
-"""The engine's end-to-end privacy audits (tests/engine/test_engine_audit.py), printed as a table.
+"""The engine's end-to-end privacy audits (tests/engine/test_engine_release_audit.py), printed as a table.
 
 Run from the repository root::
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))
 
-import test_engine_audit as T  # noqa: E402 - the tests' harness, so the figures are the tests'
+import test_engine_release_audit as T  # noqa: E402 - the tests' harness, so the figures are the tests'
 
 from dpkit import engine as E  # noqa: E402
 from dpkit.engine import _execute  # noqa: E402

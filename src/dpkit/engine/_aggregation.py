@@ -533,29 +533,55 @@ def _render_bounded(
     )
 
 
-def _foreign_tree(sql: str) -> exp.Expression:
+def _foreign_tree(sql: str, rewrite: Any = None) -> exp.Expression:
+    """The DuckDB text as a sqlglot tree meant for another engine.
+
+    ``rewrite``: None, or a function from tree to tree with the target engine's own adjustments
+    (see ``SparkBackend``), applied while the filters are still marked by their TRY nodes.
+    """
+
+    def base_ten(node: exp.Expression) -> exp.Expression:
+        # DuckDB's one-argument LOG is base 10; sqlglot keeps it as LOG(x), which Spark (and Hive)
+        # read as the natural logarithm. The base is written out.
+        if isinstance(node, exp.Log) and node.args.get("expression") is None:
+            return exp.Log(this=exp.Literal.number(10), expression=node.this)
+        return node
+
+    tree = sqlglot.parse_one(sql, read="duckdb").transform(base_ten)
+    if rewrite is not None:
+        tree = rewrite(tree)
     # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
     # cast or an overflow gives NULL (see SparkBackend.run).
-    return sqlglot.parse_one(sql, read="duckdb").transform(
-        lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node
-    )
+    return tree.transform(lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node)
 
 
 def _without_hints(tree: exp.Expression, dialect: str) -> str:
     # Nor does Spark take MATERIALIZED hints on CTEs: it plans each reference itself.
     for cte in tree.find_all(exp.CTE):
         cte.set("materialized", None)
+    # A name outside ASCII ("données.x" in a filter) is a plain identifier to DuckDB but must be
+    # quoted in Spark, which reads only ASCII letters, digits and underscores unquoted.
+    for identifier in tree.find_all(exp.Identifier):
+        if not identifier.quoted and not identifier.name.isascii():
+            identifier.set("quoted", True)
     return tree.sql(dialect=dialect)
 
 
-def to_dialect(sql: str, dialect: str) -> str:
-    """Transpile the DuckDB text to another engine's dialect (sqlglot)."""
+def to_dialect(sql: str, dialect: str, *, rewrite: Any = None) -> str:
+    """Transpile the DuckDB text to another engine's dialect (sqlglot); ``rewrite`` as in :func:`view_steps`."""
     if dialect == "duckdb":
         return sql
-    return _without_hints(_foreign_tree(sql), dialect)
+    return _without_hints(_foreign_tree(sql, rewrite), dialect)
 
 
-def view_steps(sql: str, dialect: str, prefix: str) -> tuple[list[tuple[str, str, bool]], str]:
+def view_steps(
+    sql: str,
+    dialect: str,
+    prefix: str,
+    *,
+    tables: Mapping[str, str] | None = None,
+    rewrite: Any = None,
+) -> tuple[list[tuple[str, str, bool]], str]:
     """The DuckDB text split into one query per CTE, for an engine that plans each CTE reference afresh.
 
     Returns ``[(view, query, cache), ...]`` and the final query, all in ``dialect`` and with no WITH
@@ -563,25 +589,45 @@ def view_steps(sql: str, dialect: str, prefix: str) -> tuple[list[tuple[str, str
     + the CTE's name; later queries read it under that name), computed once and cached when
     ``cache`` (the CTE was MATERIALIZED), then runs the final query. The result is the same as
     :func:`to_dialect`'s single query.
+
+    ``tables``: the engine's own name for a table of the text (keyed by the name case-folded; a
+    backend that keeps each table in a view of its own), read under the text's name as alias.
+    ``rewrite``: the engine's adjustments to the whole tree (see :func:`_foreign_tree`).
     """
-    tree = _foreign_tree(sql)
+    tree = _foreign_tree(sql, rewrite)
     clause = tree.args.get("with_")
     steps: list[tuple[str, str, bool]] = []
     names: dict[str, str] = {}
     for cte in clause.expressions if clause is not None else []:
         view = f"{prefix}{cte.alias}"
-        body = _read_views(cte.this.copy(), names)
+        body = _read_views(cte.this.copy(), names, tables)
         steps.append((view, _without_hints(body, dialect), bool(cte.args.get("materialized"))))
         names[cte.alias] = view
     tree.set("with_", None)
-    return steps, _without_hints(_read_views(tree, names), dialect)
+    return steps, _without_hints(_read_views(tree, names, tables), dialect)
 
 
-def _read_views(tree: exp.Expression, names: Mapping[str, str]) -> exp.Expression:
-    """``tree`` with each reference to a CTE in ``names`` reading its view (under the CTE's name as alias)."""
+def _read_views(
+    tree: exp.Expression, names: Mapping[str, str], tables: Mapping[str, str] | None = None
+) -> exp.Expression:
+    """``tree`` with each reference to a CTE in ``names`` reading its view (under the CTE's name as alias).
+
+    A reference to another table (no CTE of that name: a CTE shadows a table, as in DuckDB) reads
+    ``tables[name.casefold()]`` when ``tables`` has it, under its own name as alias.
+    """
     for table in list(tree.find_all(exp.Table)):
-        if not table.args.get("db") and table.name in names:
-            alias = table.alias or table.name
-            table.set("this", exp.to_identifier(names[table.name]))
-            table.set("alias", exp.TableAlias(this=exp.to_identifier(alias)))
+        if table.args.get("db"):
+            continue
+        if table.name in names:
+            target = names[table.name]
+        elif tables is not None and table.name.casefold() in tables:
+            target = tables[table.name.casefold()]
+        else:
+            continue
+        # The alias keeps the reference's own identifier, quoted as it was (a table name such as
+        # "données" must stay quoted in Spark).
+        alias = table.args.get("alias")
+        name = alias.this if alias is not None and alias.this is not None else table.this
+        table.set("alias", exp.TableAlias(this=name.copy()))
+        table.set("this", exp.to_identifier(target))
     return tree

@@ -176,10 +176,12 @@ class DuckDBBackend:
             self._connection.execute("EXPLAIN " + sql).fetchall()
             # DuckDB hands TIMESTAMP WITH TIME ZONE values to Python through pytz: without it the
             # query would bind here but fail when its group keys are read back, after the debit.
+            if importlib.util.find_spec("pytz") is not None:
+                return  # (DESCRIBE plans the query a second time: only when the answer matters)
             zoned = any(
                 "TIME ZONE" in str(row[1]).upper() for row in self._connection.execute("DESCRIBE " + sql).fetchall()
             )
-            if zoned and importlib.util.find_spec("pytz") is None:
+            if zoned:
                 raise RuntimeError(
                     "reading TIMESTAMP WITH TIME ZONE group keys back from DuckDB needs the pytz module: "
                     "pip install pytz, or group by the column cast to TIMESTAMP in a view of the data"

@@ -321,3 +321,25 @@ def test_tables_named_outside_ascii_run_on_spark(spark):
         ),
     )
     assert [row[1] for row in rows] == [8, 16]
+
+
+def test_released_sums_past_two_to_the_63_do_not_wrap_on_spark(spark):
+    # The released sums are CAST(SUM(bigint) AS DECIMAL(38, 0)). One row is at most 2^30 grid
+    # units, so wrapping needs about 8.6e9 rows at the bound: the text is checked on two rows
+    # at 2^63 - 1 instead, run as the backend runs it (ANSI mode off).
+    from dpkit.engine._aggregation import to_dialect
+    from dpkit.engine._backends import _spark_semantics
+
+    top = 2**63 - 1
+    sql = f"SELECT CAST(SUM(x) AS DECIMAL(38, 0)) AS s FROM (VALUES ({top}), ({top})) AS t(x)"
+    text = to_dialect(sql, "spark", rewrite=lambda tree: _spark_semantics(tree, {}))
+    previous = spark.conf.get("spark.sql.ansi.enabled", None)
+    spark.conf.set("spark.sql.ansi.enabled", "false")
+    try:
+        (row,) = spark.sql(text).collect()
+    finally:
+        if previous is None:
+            spark.conf.unset("spark.sql.ansi.enabled")
+        else:
+            spark.conf.set("spark.sql.ansi.enabled", previous)
+    assert int(row[0]) == 2 * top

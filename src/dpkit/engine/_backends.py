@@ -628,6 +628,12 @@ def _spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         )
 
     def adjust(node: Any) -> Any:
+        if isinstance(node, exp.Cast) and isinstance(node.this, exp.Sum) and node.to.this == exp.DataType.Type.DECIMAL:
+            # CAST(SUM(x) AS DECIMAL(38, 0)), the released sums: Spark adds BIGINTs as BIGINT and,
+            # ANSI mode off, wraps past 2^63 (DuckDB adds them as a 128-bit integer). Summed as
+            # DECIMAL instead; beyond 38 digits Spark gives NULL, which the backend refuses.
+            summed = node.this
+            return exp.Sum(this=exp.Cast(this=summed.this, to=node.to.copy()))
         if isinstance(node, exp.Ln | exp.Log):
             return logarithm(node)
         if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("decimals") is None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -54,20 +53,6 @@ def _strict_json(text: str) -> Any:
 
 
 # -- the ledger ---------------------------------------------------------------------------------
-
-
-def test_a_committed_debit_is_in_the_main_file_not_only_in_the_write_ahead_log(tmp_path: Path) -> None:
-    # A copy of the main file alone (a naive backup, or a -wal sidecar lost after a crash) must
-    # not read as an untouched budget while the debits sit only in the WAL.
-    path = tmp_path / "ledger.db"
-    with Ledger(path, PureDP(1.0)) as ledger:
-        for _ in range(3):
-            ledger.reserve(PureDP(0.1))
-        copy = tmp_path / "copy.db"
-        shutil.copyfile(path, copy)  # while the session is still open: its WAL is not cleaned up
-    with Ledger(copy) as reopened:
-        assert len(reopened.entries()) == 3
-        assert reopened.remaining == PureDP(0.7)
 
 
 def test_exact_arithmetic_survives_reopening_in_another_session(tmp_path: Path) -> None:

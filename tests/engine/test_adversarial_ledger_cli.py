@@ -31,11 +31,6 @@ COUNT_SQL = "SELECT region, COUNT(*) AS n FROM people GROUP BY region"
 KEYS = "region=" + ",".join(REGIONS)
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPKIT_LEDGER_KEY", raising=False)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("adversarial_cli") / "people.parquet"

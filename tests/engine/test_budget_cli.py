@@ -12,11 +12,6 @@ from dpkit.engine import Ledger
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, PureDP
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPKIT_LEDGER_KEY", raising=False)
-
-
 @pytest.fixture
 def ledger_file(tmp_path: Path) -> Path:
     path = tmp_path / "budget.db"

@@ -26,11 +26,6 @@ KEY = b"0123456789abcdef0123456789abcdef"
 NOTHING = ApproxDP(0.0, 0.0)
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPKIT_LEDGER_KEY", raising=False)
-
-
 def _fork_context() -> multiprocessing.context.BaseContext:
     # forkserver forks each child from a clean, single-threaded server: a plain fork of this
     # pytest worker could copy a lock held by one of its other threads (DuckDB, Spark, thread

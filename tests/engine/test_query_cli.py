@@ -20,11 +20,6 @@ SQL = "SELECT region, COUNT(*), AVG(income) FROM people GROUP BY region"
 ISSUE_ARGS = ["--privacy-unit", "person_id", "--bounds", "income=0:200000", "--epsilon", "1"]
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv("DPKIT_LEDGER_KEY", raising=False)
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("query") / "people.parquet"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pandas as pd
 import pytest
 from engine_fixtures import make_people
@@ -12,7 +14,12 @@ def people() -> pd.DataFrame:
     return make_people()
 
 
-@pytest.fixture(autouse=True)
-def _no_ambient_key(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A DPKIT_LEDGER_KEY set where the tests run would key every ledger they make."""
-    monkeypatch.delenv("DPKIT_LEDGER_KEY", raising=False)
+@pytest.fixture(scope="session", autouse=True)
+def _no_ambient_key() -> Iterator[None]:
+    """A DPKIT_LEDGER_KEY set where the tests run would key every ledger they make.
+
+    Session-scoped, so it is cleared before the module-scoped fixtures open their ledgers too.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("DPKIT_LEDGER_KEY", raising=False)
+        yield

@@ -33,6 +33,7 @@ from dpkit.engine._aggregation import (
     repeated_keys_sql,
     view_steps,
 )
+from dpkit.engine._csv import TypedCsv, duckdb_select, spark_frame
 
 __all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
 
@@ -142,7 +143,9 @@ class DuckDBBackend:
     def register(self, name: str, source: object, kind: str) -> None:
         from dpkit.engine._aggregation import _literal, _quote
 
-        if kind in ("parquet", "csv"):
+        if kind == "csv" and isinstance(source, TypedCsv):  # declared types: nothing inferred from the rows
+            self._connection.execute(f"CREATE OR REPLACE VIEW {_quote(name)} AS {duckdb_select(source)}")
+        elif kind in ("parquet", "csv"):
             path = os.fspath(source)  # type: ignore[call-overload]
             reader = "read_parquet" if kind == "parquet" else "read_csv_auto"
             self._connection.execute(
@@ -250,6 +253,8 @@ class SparkBackend:
         reader = self._spark.read
         if kind == "parquet":
             frame = reader.parquet(str(Path(os.fspath(source))))  # type: ignore[call-overload]
+        elif kind == "csv" and isinstance(source, TypedCsv):
+            frame = spark_frame(self._spark, source)
         elif kind == "csv":
             frame = reader.csv(str(Path(os.fspath(source))), header=True, inferSchema=True)  # type: ignore[call-overload]
         elif kind in ("pandas", "arrow", "polars"):

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from dpkit._errors import InvalidParameterError
+from dpkit.engine._csv import typed_csv_spec
 from dpkit.engine._plan import spelling_resolver
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
 
@@ -45,6 +46,13 @@ def add_query_parser(commands: Any) -> None:
     query.add_argument("--privacy-unit", metavar="COLUMN", help="the column that identifies a person (default: a row)")
     query.add_argument(
         "--bounds", metavar="COL=LO:HI", action="append", default=[], help="clamping bounds (repeatable)"
+    )
+    query.add_argument(
+        "--types",
+        metavar="COL=TYPE",
+        action="append",
+        default=[],
+        help="declared type of every CSV column, e.g. income=DOUBLE (repeatable; nothing is inferred from the rows)",
     )
     query.add_argument("--keys", metavar="COL=V1,V2,...", action="append", default=[], help="public group keys")
     query.add_argument("--epsilon", type=float, help="epsilon spent by this query")
@@ -96,6 +104,23 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
             raise InvalidParameterError("--bounds", item, f"gives {column!r} twice; give each column once")
         bounds[column] = pair
     return bounds
+
+
+def parse_types(items: list[str]) -> dict[str, str]:
+    """``["income=DOUBLE", "price=DECIMAL(10, 2)"]`` -> ``{"income": "DOUBLE", "price": "DECIMAL(10, 2)"}``.
+
+    >>> parse_types(["person_id=BIGINT", "price=DECIMAL(10, 2)"])
+    {'person_id': 'BIGINT', 'price': 'DECIMAL(10, 2)'}
+    """
+    types: dict[str, str] = {}
+    for item in items:
+        column, equals, kind = item.partition("=")
+        if not equals or not column or not kind.strip():
+            raise InvalidParameterError("--types", item, "must be COLUMN=TYPE, e.g. income=DOUBLE")
+        if column in types:
+            raise InvalidParameterError("--types", item, f"gives {column!r} twice; give each column once")
+        types[column] = kind
+    return types
 
 
 _BUDGET_FORMS = "must be epsilon=E, epsilon=E,delta=D, rho=R or rho=R,delta=D"
@@ -268,12 +293,18 @@ def run_query(args: argparse.Namespace) -> int:
     if not os.path.isfile(path):
         raise InvalidParameterError("DATA", path, "must be an existing file")
     bounds = parse_bounds(args.bounds)
+    source: object = path
+    if args.types:
+        if kind != "csv":
+            raise InvalidParameterError("--types", args.types, "applies to CSV files (Parquet files carry their types)")
+        delimiter = "\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ","
+        source = typed_csv_spec(path, parse_types(args.types), delimiter)
     new_ledger = args.ledger is None or not os.path.lexists(args.ledger)
     budget = parse_budget(args.budget) if args.budget is not None else (_default_budget(args) if new_ledger else None)
 
     def open_session(ledger: str | None) -> Session:
         return Session(
-            path,
+            source,
             kind,
             name=args.table or _stem(path),
             privacy_unit=args.privacy_unit,

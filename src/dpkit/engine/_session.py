@@ -30,6 +30,7 @@ from dpkit._errors import DPError, InvalidParameterError, QueryFailedError
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
+from dpkit.engine._csv import TypedCsv, typed_csv_spec
 from dpkit.engine._execute import combine, dry_run, execute, postprocess
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair, spelling_resolver
@@ -170,14 +171,46 @@ class Session:
         return cls(_existing(path), "parquet", name=name or _stem(path), **options)
 
     @classmethod
-    def from_csv(cls, path: str | os.PathLike[str], *, name: str | None = None, **options: Any) -> Session:
-        """Open a CSV file (header row) as the private table.
+    def from_csv(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        name: str | None = None,
+        types: Mapping[str, str] | None = None,
+        delimiter: str | None = None,
+        **options: Any,
+    ) -> Session:
+        """Open a CSV file (or glob) with a header row as the private table (scanned in place).
 
-        Its column types are inferred from its rows, and the schema is public (it decides which
-        queries are refused): for analysts who must not learn anything from it, convert the file
-        to Parquet with declared types and use :meth:`from_parquet`.
+        ``types`` declares every column's type (``{"person_id": "BIGINT", "income": "DOUBLE", ...}``;
+        BOOLEAN, TINYINT to BIGINT, REAL, DOUBLE, DECIMAL(p, s), VARCHAR, DATE, TIMESTAMP). Each field
+        is then read as text and converted alone: a value that does not parse as its type reads as
+        NULL (handled by the declared clamping), a line with the wrong number of fields is left
+        out, and the dialect is fixed (``delimiter``, default ``,`` or a tab for ``.tsv``; ``"``
+        quotes, as CSV writers produce). The schema, which is public, then owes nothing to the rows.
+
+        Without ``types`` the engine infers the types and dialect from the rows: one person's
+        unusual value can change a column's type, and so which queries are refused. Declare the
+        types (or use Parquet) when the analysts must not learn anything from the schema.
+
+        >>> import pathlib, tempfile
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "people.csv"
+        >>> _ = path.write_text("person_id,income\\n1,10\\n2,N/A\\n")
+        >>> types = {"person_id": "BIGINT", "income": "DOUBLE"}
+        >>> session = Session.from_csv(path, types=types, privacy_unit="person_id", budget=PureDP(1))
+        >>> session.columns["income"].type      # 'N/A' reads as NULL; the column stays DOUBLE
+        'DOUBLE'
         """
-        return cls(_existing(path), "csv", name=name or _stem(path), **options)
+        if types is None:
+            if delimiter is not None:
+                raise InvalidParameterError(
+                    "delimiter", delimiter, "is used with types=...; without declared types the dialect is inferred"
+                )
+            return cls(_existing(path), "csv", name=name or _stem(path), **options)
+        if delimiter is None:
+            delimiter = "\t" if os.fspath(path).lower().endswith((".tsv", ".tsv.gz")) else ","
+        spec = typed_csv_spec(_existing(path), types, delimiter)
+        return cls(spec, "csv", name=name or _stem(path), **options)
 
     @classmethod
     def from_pandas(cls, frame: Any, *, name: str = "data", **options: Any) -> Session:
@@ -439,6 +472,8 @@ def _open(backend: Backend, name: str, source: object, kind: str, parameter: str
     except DPError:
         raise
     except Exception as error:  # noqa: BLE001 - any engine's reader error
+        if isinstance(source, TypedCsv):
+            source = source.path
         shown = os.fspath(source) if isinstance(source, str | os.PathLike) else f"<{type(source).__name__}>"
         reason = (str(error).strip().splitlines() or [""])[0]
         raise InvalidParameterError(

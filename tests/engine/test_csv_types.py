@@ -246,44 +246,45 @@ def test_duckdb_and_spark_load_identical_tables(tmp_path: Path) -> None:
         "s": "VARCHAR",
     }
     fields = {
-        "i": ["12", " 12 ", "+7", "12.5", "1e3", "0x1F", "1_000", "", "abc", "99999999999", "-2147483648"],
-        "f": ["1.5", " -2e3 ", ".5", "NaN", "inf", "-Infinity", "1_000", "0x1F", "e", "1e400", "-0"],
-        "d": ["12.34", "-0.5", "1234.5", "12345", "1_0", "NaN", "1e2", "0.005", " 3 ", "", "x"],
-        "b": ["true", "FALSE", "t", "0", "1", "yes", "maybe", " true ", "", "on", "n"],
-        "day": [
-            "2024-01-02",
-            " 2024-02-29 ",
-            "2023-02-29",
-            "infinity",
-            "02/01/2024",
+        "i": [
+            "12",
+            " 12 ",
+            "+7",
+            "12.5",
+            "1e3",
+            "0x1F",
+            "1_000",
             "",
-            "2024-1-2",
-            "x",
-            "0001-01-01",
-            "9999-12-31",
-            "-1",
+            "abc",
+            "99999999999",
+            "-2147483648",
+            "1 2",
+            "007",
         ],
+        "f": ["1.5", " -2e3 ", ".5", "NaN", "inf", "-Infinity", "1_000", "0x1F", "e", "1e400", "-0", "+nan", "-nan"],
+        "d": ["12.34", "-0.5", "1234.5", "12345", "1_0", "NaN", "1e2", "0.005", " 3 ", "", "x", "5.", "-.5"],
+        "b": ["true", "FALSE", "t", "0", "1", "yes", "maybe", " true ", "", "on", "n", "F", "no"],
+        "day": ["2024-01-02", " 2024-02-29 ", "2023-02-29", "infinity", "02/01/2024", "", "2024-1-2", "x"],
         "at": [
-            "2024-01-02 03:04:05",
-            "2024-01-02T03:04:05.5",
-            "2024-01-02 03:04:05+02",
-            "Z",
-            "infinity",
-            "",
-            "2024-01-02",
-            "x",
-            "2024-01-02 3:4:5",
-            "2024-01-02 03:04",
-            "1",
+            *("2024-01-02 03:04:05", "2024-01-02T03:04:05.5", "2024-01-02 03:04:05+02", "Z", "infinity", ""),
+            *("2024-01-02", "x", "2024-01-02 3:4:5", "2024-01-02 03:04", "2024-01-02 03:04:05.123456789"),
+            *("2024-01-02 03:04:05.123456", " 2024-01-02 03:04:05 "),
         ],
-        "s": [" padded ", "with, comma", 'a "quote"', "", "é", "x", "y", "z", "NULL", "null", "\\N"],
+        "s": [" padded ", "with, comma", 'a "quote"', "", "é", "x", "y", "z", "NULL", "null", "\\N", "  ", "0"],
     }
+    more = {"f": ["INF", "+Infinity", "InFiNiTy", "infinit", "nan1"], "day": ["0001-01-01", "9999-12-31", "-1"]}
+    for column, extra in more.items():
+        fields[column] += extra
+    rows = max(len(values) for values in fields.values())
+    for column in fields:
+        fields[column] = (fields[column] + [""] * rows)[:rows]
+    assert all(len(values) == rows for values in fields.values())
 
     def quoted(value: str) -> str:
         return '"' + value.replace('"', '""') + '"' if any(c in value for c in ',"') else value
 
     lines = ["pid," + ",".join(list(columns)[1:])]
-    lines += [",".join([str(row), *(quoted(fields[c][row]) for c in list(columns)[1:])]) for row in range(11)]
+    lines += [",".join([str(row), *(quoted(fields[c][row]) for c in list(columns)[1:])]) for row in range(rows)]
     lines += ["98,1", "99," + ",".join(["1"] * 9)]  # too few and too many fields: left out by both
     path = _write(tmp_path / "mixed.csv", "\n".join(lines) + "\n")
     duck = E.Session.from_csv(path, types=columns, privacy_unit="pid", budget=BUDGET)
@@ -298,7 +299,7 @@ def test_duckdb_and_spark_load_identical_tables(tmp_path: Path) -> None:
     spark_rows = [tuple(r) for r in backend._spark.table(f"`{backend._view('mixed')}`").collect()]
     duck_rows = duck._backend._connection.execute('SELECT * FROM "mixed"').fetchall()
     assert sorted(map(canonical, spark_rows), key=repr) == sorted(map(canonical, duck_rows), key=repr)
-    assert len(duck_rows) == 11
+    assert len(duck_rows) == rows
     for count in ('SELECT count(*) FROM "mixed"', 'SELECT count(pid) FROM "mixed"'):
-        assert duck._backend._connection.execute(count).fetchone() == (11,)
-    assert backend._spark.sql(f"SELECT count(*) FROM `{backend._view('mixed')}`").collect()[0][0] == 11
+        assert duck._backend._connection.execute(count).fetchone() == (rows,)
+    assert backend._spark.sql(f"SELECT count(*) FROM `{backend._view('mixed')}`").collect()[0][0] == rows

@@ -6,11 +6,13 @@ handles), and a malformed line is left out. No row can change a column's type, m
 fail, or change how another row is read, so the schema the analysts see (which decides which
 queries are refused) and the rows the engine aggregates do not depend on any one person's data.
 
-Both engines read a value the same way: the text is trimmed of spaces and must look like the
-type (digits and a sign for an integer; digits, sign, point and exponent, or NaN / Infinity for
-a float; an ISO date or timestamp starting with a digit) before the engine's own TRY_CAST runs.
-This excludes each engine's extensions (DuckDB's ``1_000``, ``0x1F``, ``12.5`` rounded to an
-integer, dates ``infinity``), so DuckDB and Spark load identical tables.
+Both engines read a value the same way: its whole text (spaces around it allowed) must have the
+type's form before the engine's own TRY_CAST runs: digits with an optional sign for an integer;
+digits with an optional sign, point and exponent for DECIMAL, also NaN and [+-]Inf[inity] for a
+float; an ISO date (``2024-01-02``), optionally followed by `` HH:MM[:SS[.ffffff]]`` (or ``T``) for
+a timestamp. This excludes each engine's extensions (DuckDB's ``1_000``, ``0x1F``, ``12.5``
+rounded to an integer, ``infinity`` as a date or a time zone offset it drops), so DuckDB and
+Spark load identical tables.
 
 >>> types = {"person_id": "bigint", "income": "double"}
 >>> spec = typed_csv_spec("people.csv", types, ",", header=["person_id", "income"])
@@ -71,14 +73,18 @@ _SPARK_TYPE = {
 }
 _DECIMAL = re.compile(r"(?:DECIMAL|NUMERIC)\s*\(\s*(\d+)\s*(?:,\s*(\d+)\s*)?\)")
 _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT")
-#: Characters a value of each family may hold (after trimming spaces); anything else reads as NULL.
-_OUTSIDE = {
-    "integer": "[^0-9+-]",
-    "number": "[^0-9eE.+-]",
-    "date": "[^0-9-]",
-    "timestamp": "[^0-9 :.T-]",
+#: The whole text a value of each family must match (spaces around it allowed), before the engine's
+#: TRY_CAST runs; anything else reads as NULL. One regular expression per field: measured cheaper
+#: in DuckDB than trimming, TRANSLATE or LTRIM checks.
+_DECIMAL_TEXT = r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+)?"
+_DATE_TEXT = r"[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}"
+_PATTERNS = {
+    "integer": r" *[+-]?[0-9]+ *",
+    "decimal": f" *{_DECIMAL_TEXT} *",
+    "float": rf" *({_DECIMAL_TEXT}|[nN][aA][nN]|[+-]?[iI][nN][fF]([iI][nN][iI][tT][yY])?) *",
+    "date": f" *{_DATE_TEXT} *",
+    "timestamp": rf" *{_DATE_TEXT}([ T][0-9]{{1,2}}:[0-9]{{2}}(:[0-9]{{2}}(\.[0-9]{{1,6}})?)?)? *",
 }
-_FLOAT_WORDS = ("nan", "inf", "+inf", "-inf", "infinity", "+infinity", "-infinity")
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,10 @@ def typed_csv_spec(
 def _family(kind: str) -> str | None:
     if kind in _INTEGERS:
         return "integer"
-    if kind in ("REAL", "DOUBLE") or kind.startswith("DECIMAL"):
-        return "number"
+    if kind in ("REAL", "DOUBLE"):
+        return "float"
+    if kind.startswith("DECIMAL"):
+        return "decimal"
     if kind in ("DATE", "TIMESTAMP"):
         return kind.lower()
     return None
@@ -183,21 +191,16 @@ def _converted(field: str, kind: str, spark: bool) -> str:
     if kind == "VARCHAR":
         return field
     target = _SPARK_TYPE.get(kind, kind) if spark else kind
-    trimmed = f"trim({field})"
-    cast = f"TRY_CAST({trimmed} AS {target})"
     family = _family(kind)
-    if family is None:  # BOOLEAN: both engines accept the same words
-        return cast
-    outside = _OUTSIDE[family].replace("\\", "\\\\") if spark else _OUTSIDE[family]
-    found = f"{trimmed} RLIKE '{outside}'" if spark else f"regexp_matches({trimmed}, '{outside}')"
-    looks_like = f"NOT ({found})"
-    if family in ("date", "timestamp"):
-        first = f"substr({trimmed}, 1, 1)"
-        looks_like += f" AND {first} >= '0' AND {first} <= '9'"
-    elif family == "number" and kind in ("REAL", "DOUBLE"):
-        words = ", ".join(f"'{word}'" for word in _FLOAT_WORDS)
-        looks_like = f"({looks_like} OR lower({trimmed}) IN ({words}))"
-    return f"CASE WHEN {looks_like} THEN {cast} END"
+    if family is None:  # BOOLEAN: both engines accept the same words, but DuckDB only once trimmed
+        return f"TRY_CAST(trim({field}) AS {target})"
+    pattern = _PATTERNS[family]
+    if spark:  # Java regex, anchored at both ends (\z: Java's $ also matches before a final line break)
+        anchored = ("^(?:" + pattern + ")\\z").replace("\\", "\\\\")  # backslashes escaped in Spark SQL text
+        looks_like = f"{field} RLIKE '{anchored}'"
+    else:
+        looks_like = f"regexp_full_match({field}, '{pattern}')"
+    return f"CASE WHEN {looks_like} THEN TRY_CAST({field} AS {target}) END"
 
 
 def duckdb_select(spec: TypedCsv) -> str:

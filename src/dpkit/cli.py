@@ -52,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
     account.add_argument("--plot", metavar="FILE.png", help="draw the trade-off curve (needs matplotlib)")
     budget = commands.add_parser("budget", help="a persistent ledger's budget, spending and debits")
     budget.add_argument("--ledger", metavar="FILE", required=True, help="the ledger file (never created)")
+    budget.add_argument(
+        "--anchor", metavar="FILE", help="the ledger's anchor file: refuse a ledger rolled back behind it"
+    )
     budget.add_argument("--json", action="store_true", help="print JSON")
     budget.add_argument(
         "--delta",
@@ -279,7 +282,7 @@ def _budget(args: argparse.Namespace) -> int:
         raise InvalidParameterError("--delta", args.delta, "must be a real number with 0 < delta < 1")
     if not os.path.lexists(args.ledger):  # reading a budget must never create a ledger
         raise InvalidParameterError("--ledger", args.ledger, "must name an existing ledger file")
-    with Ledger(args.ledger) as ledger:
+    with Ledger(args.ledger, anchor=args.anchor) as ledger:
         entries = ledger.entries()
         budget, spent, remaining = ledger.budget, ledger.spent, ledger.remaining
     # The filter certifies the budget, whatever the queries; the spend's conversion holds for

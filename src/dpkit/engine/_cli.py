@@ -71,6 +71,12 @@ def add_query_parser(commands: Any) -> None:
         help="total budget of a new ledger: epsilon=3 | epsilon=3,delta=1e-6 | rho=0.5 | rho=0.05,delta=1e-6",
     )
     query.add_argument("--ledger", metavar="FILE", help="persistent budget ledger (default: this query only)")
+    query.add_argument(
+        "--anchor",
+        metavar="FILE",
+        help="the ledger's anchor: a second file recording its newest entry, kept where the ledger's writers "
+        "cannot write; a ledger rolled back behind it is refused",
+    )
     query.add_argument("--analyst", help="name recorded in the ledger (default: the login name)")
     query.add_argument("--backend", choices=["duckdb", "spark"], default="duckdb")
     query.add_argument("--preview", action="store_true", help="show cost and expected error; spend nothing")
@@ -293,6 +299,10 @@ def run_query(args: argparse.Namespace) -> int:
     if not os.path.isfile(path):
         raise InvalidParameterError("DATA", path, "must be an existing file")
     bounds = parse_bounds(args.bounds)
+    if args.anchor is not None and args.ledger is None:
+        raise InvalidParameterError(
+            "--anchor", args.anchor, "needs --ledger (a query without one spends nothing lasting)"
+        )
     source: object = path
     if args.types:
         if kind != "csv":
@@ -310,6 +320,7 @@ def run_query(args: argparse.Namespace) -> int:
             privacy_unit=args.privacy_unit,
             budget=budget,
             ledger=ledger,
+            ledger_anchor=args.anchor if ledger is not None else None,
             bounds=bounds,
             backend=args.backend,
             analyst=args.analyst,

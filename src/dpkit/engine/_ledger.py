@@ -74,8 +74,18 @@ resetting the head and count to an earlier entry's (a session that is open at th
 the ledger shrink; one opened afterwards cannot). Against the first, pass a secret ``key`` (or
 set ``DPKIT_LEDGER_KEY``, read as UTF-8, at least 16 bytes): the chain then uses HMAC-SHA256
 (RFC 2104) and cannot be recomputed without the key, and a keyed session refuses a ledger that
-claims to be unkeyed. No key stops rollback: keep the file where analysts cannot write it except
-through dpkit (file permissions, a service account), or record the head hash somewhere else.
+claims to be unkeyed. No key stops rollback by itself. Against it, keep the file where analysts cannot write it except
+through dpkit (file permissions, a service account), or give an ``anchor``: a second file, kept
+where those who can write the ledger cannot (another directory, owner or machine), that records
+the ledger's genesis hash, entry count and head hash. Every anchored debit takes an exclusive lock
+on ``<anchor>.lock``, checks that the ledger still holds the anchored entry with the anchored hash,
+commits, then replaces the anchor atomically with the new count and head; opening an anchored
+ledger checks it too (and creates a missing anchor from the verified file: trust on first use). A
+ledger with fewer entries than its anchor records, a different entry at the anchored index, or a
+different genesis is refused with :class:`~dpkit.LedgerCorruptedError`. A crash between the commit
+and the anchor update leaves the anchor one debit behind, which is still consistent. Someone who
+can also write the anchor can roll both back together: the anchor moves the trust, it does not
+create it.
 """
 
 from __future__ import annotations
@@ -614,6 +624,112 @@ def _check_file(path: Path) -> None:
         raise LedgerCorruptedError(f"ledger {str(path)!r} is an empty (zero-length) file")
 
 
+# -- the anchor: the newest (count, head) kept in a second file, against rollback ------------------
+
+_ANCHOR_FORMAT = "dpkit-ledger-anchor"
+
+
+@dataclass(frozen=True)
+class _AnchorState:
+    """What an anchor file records: the ledger it belongs to (genesis hash) and its newest known point."""
+
+    genesis: str
+    count: int
+    head: str
+
+
+def _check_anchor_path(anchor: object, path: Path | None) -> Path | None:
+    if anchor is None:
+        return None
+    if not isinstance(anchor, str | os.PathLike) or not os.fspath(anchor):
+        raise InvalidParameterError("anchor", anchor, "must be a file path, or None")
+    if path is None:
+        raise InvalidParameterError("anchor", anchor, "needs a ledger file: an in-memory ledger cannot be rolled back")
+    resolved = Path(os.fspath(anchor)).absolute()
+    if resolved == path.absolute():
+        raise InvalidParameterError("anchor", anchor, "must be a different file from the ledger")
+    if not resolved.parent.is_dir():
+        raise InvalidParameterError("anchor", anchor, f"its directory {str(resolved.parent)!r} must exist")
+    try:
+        import fcntl  # noqa: F401 - the anchor's lock
+    except ImportError:  # pragma: no cover - Windows
+        raise InvalidParameterError("anchor", anchor, "needs a POSIX system (fcntl locks)") from None
+    return resolved
+
+
+def _read_anchor(anchor: Path) -> _AnchorState | None:
+    """The anchor's state, None if the file does not exist; LedgerCorruptedError if it is unreadable or malformed."""
+    try:
+        text = anchor.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LedgerCorruptedError(f"anchor {str(anchor)!r}: cannot be read ({exc})") from exc
+    try:
+        record = json.loads(text)
+        valid = (
+            isinstance(record, dict)
+            and record.get("format") == _ANCHOR_FORMAT
+            and record.get("version") == 1
+            and isinstance(record.get("count"), int)
+            and not isinstance(record.get("count"), bool)
+            and record["count"] >= 0
+            and all(
+                isinstance(record.get(name), str) and _HEX64.fullmatch(record[name]) for name in ("genesis", "head")
+            )
+        )
+    except ValueError:
+        valid = False
+    if not valid:
+        raise LedgerCorruptedError(f"anchor {str(anchor)!r}: not a dpkit ledger anchor (malformed)")
+    return _AnchorState(record["genesis"], record["count"], record["head"])
+
+
+def _write_anchor(anchor: Path, state: _AnchorState) -> None:
+    """Replace the anchor atomically (a temporary file, fsynced, renamed over it, directory fsynced)."""
+    text = json.dumps(
+        {"format": _ANCHOR_FORMAT, "version": 1, "genesis": state.genesis, "count": state.count, "head": state.head}
+    )
+    temporary = anchor.parent / f".{anchor.name[:64]}.{secrets.token_hex(8)}.writing"
+    try:
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, anchor)
+    except OSError as exc:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+        raise LedgerCorruptedError(f"anchor {str(anchor)!r}: cannot be written ({exc})") from exc
+    _fsync_directory(anchor.parent)
+
+
+class _AnchorLock:
+    """An exclusive ``flock`` on ``<anchor>.lock``: anchored debits and anchor updates take turns across processes."""
+
+    def __init__(self, anchor: Path | None) -> None:
+        self._lock_path = None if anchor is None else anchor.with_name(anchor.name + ".lock")
+        self._descriptor: int | None = None
+
+    def __enter__(self) -> None:
+        if self._lock_path is None:
+            return
+        import fcntl
+
+        try:
+            self._descriptor = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise LedgerCorruptedError(f"anchor lock {str(self._lock_path)!r}: cannot be opened ({exc})") from exc
+        fcntl.flock(self._descriptor, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._descriptor is not None:
+            os.close(self._descriptor)  # closing releases the flock
+            self._descriptor = None
+
+
 class Ledger:
     """A persistent privacy budget shared by every session and process that opens one file.
 
@@ -621,9 +737,11 @@ class Ledger:
     ``budget``; an existing one stores its own, and a different ``budget`` is refused.
     ``reserve(cost)`` debits atomically or raises BudgetExceededError and records nothing.
     ``analyst`` defaults to the login name; ``key`` (or ``$DPKIT_LEDGER_KEY``) turns the hash
-    chain into HMAC-SHA256 so that rewriting the file without the key is detected. Each process
-    opens its own Ledger: one does not survive ``fork()`` (start workers with ``spawn``, or fork
-    while no Ledger is open).
+    chain into HMAC-SHA256 so that rewriting the file without the key is detected. ``anchor``
+    names a second file that records the newest entry count and head hash: a ledger rolled back
+    to an earlier state (an older copy restored, the newest entries cut) is then refused (see the
+    module's threat model). Each process opens its own Ledger: one does not survive ``fork()``
+    (start workers with ``spawn``, or fork while no Ledger is open).
 
     >>> from dpkit.guarantees import PureDP
     >>> with Ledger(budget=PureDP(1.0), analyst="alice") as ledger:
@@ -641,8 +759,10 @@ class Ledger:
         *,
         analyst: str | None = None,
         key: bytes | None = None,
+        anchor: str | os.PathLike[str] | None = None,
     ) -> None:
         self._path = _check_path(path)
+        self._anchor = _check_anchor_path(anchor, self._path)
         if budget is not None:
             _check_budget(budget)
         self._analyst = (
@@ -664,6 +784,12 @@ class Ledger:
                 raise
         else:
             if not os.path.lexists(self._path):
+                if self._anchor is not None and _read_anchor(self._anchor) is not None:
+                    # Deleting the file would be the simplest rollback of all: to a full budget.
+                    raise LedgerCorruptedError(
+                        f"ledger {str(self._path)!r} does not exist but its anchor {str(self._anchor)!r} records "
+                        "one: the ledger was deleted or moved (a new ledger needs a new anchor)"
+                    )
                 if budget is None:
                     raise InvalidParameterError(
                         "budget", None, f"is required to create the new ledger {str(self._path)!r}"
@@ -680,6 +806,10 @@ class Ledger:
             self._header = self._transaction(self._read_header, immediate=False)
             self._position = _Position(0, self._header.genesis, _zero(self._header.budget))
             self.verify()
+            if self._anchor is not None:
+                with _AnchorLock(self._anchor):
+                    position = self._transaction(self._check_anchor, immediate=False)
+                    self._advance_anchor(position)
         except BaseException:
             self.close()
             raise
@@ -750,7 +880,7 @@ class Ledger:
         who = self._analyst if analyst is None else _check_text("analyst", analyst, allow_empty=False, one_line=True)
 
         def debit(connection: sqlite3.Connection) -> tuple[LedgerEntry, _Position]:
-            position = self._check_tail(connection)
+            position = self._check_anchor(connection) if self._anchor is not None else self._check_tail(connection)
             totals = _add(position.totals, charge)
             if not _within(totals, self.budget):
                 remaining = _remaining_guarantee(position.totals, self.budget)
@@ -785,10 +915,14 @@ class Ledger:
                 raise LedgerCorruptedError(f"{self._name}: the meta row changed during a debit")
             return entry, _Position(entry.index + 1, digest, totals)
 
-        with self._lock:
+        with self._lock, _AnchorLock(self._anchor):
             entry, position = self._transaction(debit, immediate=True)
             self._position = position  # only once the commit succeeded
             self._checkpoint()
+            if self._anchor is not None:
+                # After the commit: a crash in between leaves the anchor one debit behind, which
+                # is allowed (it only ever claims entries that exist); the lock keeps it monotonic.
+                self._advance_anchor(position)
         return entry
 
     # -- lifetime -------------------------------------------------------------------------------
@@ -1021,6 +1155,38 @@ class Ledger:
             position = _Position(position.count + 1, digest, totals)
         self._position = self._finish(connection, count, head, position)
         return self._position
+
+    def _check_anchor(self, connection: sqlite3.Connection) -> _Position:
+        """The current position (tail checked), refused when the anchor records entries the file lacks."""
+        position = self._check_tail(connection)
+        state = None if self._anchor is None else _read_anchor(self._anchor)
+        if state is None:
+            return position
+        where = f"{self._name} (anchor {str(self._anchor)!r})"
+        if not hmac.compare_digest(state.genesis, self._header.genesis):
+            raise LedgerCorruptedError(f"{where}: the anchor belongs to another ledger, or this one was replaced")
+        if state.count > position.count:
+            raise LedgerCorruptedError(
+                f"{where}: rolled back: the anchor records {state.count} entries but the file holds {position.count}"
+            )
+        head = self._header.genesis
+        if state.count > 0:
+            found = connection.execute("SELECT hash FROM ledger_entries WHERE idx = ?", (state.count - 1,)).fetchone()
+            head = found[0] if found and isinstance(found[0], str) else ""
+        if not hmac.compare_digest(state.head, head):
+            raise LedgerCorruptedError(
+                f"{where}: entry {state.count - 1} is not the one the anchor records (the file was rolled back and "
+                "written again, or replaced)"
+            )
+        return position
+
+    def _advance_anchor(self, position: _Position) -> None:
+        """Record ``position`` in the anchor unless it records as many entries already (anchor lock held)."""
+        if self._anchor is None:
+            return
+        state = _read_anchor(self._anchor)
+        if state is None or state.count < position.count:
+            _write_anchor(self._anchor, _AnchorState(self._header.genesis, position.count, position.head))
 
     def _recompute(self, row: tuple[object, ...], previous: str) -> str:
         """The hash an already-verified row has when chained from ``previous`` (no running-total check)."""

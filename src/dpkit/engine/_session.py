@@ -76,6 +76,8 @@ class Session:
       conversion to (epsilon, delta) is paid once for the whole ledger);
     - ``ledger``: a file path for a persistent ledger shared by every session and process that
       opens it (the budget is then stored there), or None for an in-memory ledger;
+    - ``ledger_anchor``: with a ledger file, a second file that records its newest entry, so a
+      ledger rolled back to an earlier state is refused (:class:`~dpkit.engine.Ledger`'s ``anchor``);
     - ``bounds``: default clamping bounds per numeric column, ``{"income": (0, 200_000)}``;
     - ``contribution``: default per-person limits (:class:`~dpkit.engine.Contribution`);
     - ``public_tables``: lookup tables that are public, ``{"regions": frame_or_path}``;
@@ -111,6 +113,7 @@ class Session:
         privacy_unit: str | None = None,
         budget: Guarantee | None = None,
         ledger: str | os.PathLike[str] | Ledger | None = None,
+        ledger_anchor: str | os.PathLike[str] | None = None,
         bounds: Mapping[str, Any] | None = None,
         contribution: Contribution | None = None,
         public_tables: Mapping[str, object] | None = None,
@@ -128,6 +131,12 @@ class Session:
         if contribution is not None and not isinstance(contribution, Contribution):
             raise InvalidParameterError("contribution", contribution, "must be a dpkit.engine.Contribution")
         self._contribution = contribution or Contribution()
+        if ledger_anchor is not None and (ledger is None or isinstance(ledger, Ledger)):
+            raise InvalidParameterError(
+                "ledger_anchor",
+                ledger_anchor,
+                "needs a ledger file path (for a Ledger object, pass anchor= to Ledger)",
+            )
         if isinstance(ledger, Ledger):
             if checked_budget is not None and ledger.budget != checked_budget:
                 raise InvalidParameterError(
@@ -152,7 +161,11 @@ class Session:
             raise InvalidParameterError(
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
             )
-        self._ledger = ledger if isinstance(ledger, Ledger) else Ledger(ledger, checked_budget, analyst=analyst)
+        self._ledger = (
+            ledger
+            if isinstance(ledger, Ledger)
+            else Ledger(ledger, checked_budget, analyst=analyst, anchor=ledger_anchor)
+        )
         if self._ledger.budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # a ledger file's own budget
             stored = self._ledger.budget
             if not isinstance(ledger, Ledger):

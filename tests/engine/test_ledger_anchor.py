@@ -6,8 +6,14 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import random
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -209,3 +215,35 @@ def test_cli_anchor_for_query_and_budget(tmp_path: Path, capsys: pytest.CaptureF
     assert cli_main(["budget", "--ledger", str(ledger), "--anchor", str(anchor)]) != 0
     assert "rolled back" in capsys.readouterr().err
     assert cli_main(["budget", "--ledger", str(ledger)]) == 0  # without the anchor, the rollback goes unseen
+
+
+_ANCHORED_CHILD = """
+import sys
+from dpkit.engine import Ledger
+from dpkit.guarantees import PureDP
+
+with Ledger(sys.argv[1], anchor=sys.argv[2]) as ledger:
+    print("ready", flush=True)
+    while True:
+        ledger.reserve(PureDP(0.001))
+"""
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL")
+def test_kill_nine_between_commit_and_anchor_update_leaves_a_usable_anchored_ledger(tmp_path: Path) -> None:
+    path, anchor, script = tmp_path / "budget.db", tmp_path / "anchor.json", tmp_path / "child.py"
+    script.write_text(_ANCHORED_CHILD)
+    Ledger(path, PureDP(1000.0), anchor=anchor).close()
+    env = {k: v for k, v in os.environ.items() if k != "DPKIT_LEDGER_KEY"}
+    rng = random.Random(20261124)
+    for _ in range(12):
+        child = subprocess.Popen([sys.executable, str(script), str(path), str(anchor)], stdout=subprocess.PIPE, env=env)
+        assert child.stdout is not None and child.stdout.readline() == b"ready\n"
+        time.sleep(rng.uniform(0.0, 0.2))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=30)
+        child.stdout.close()
+        with Ledger(path, anchor=anchor) as ledger:  # never a false "rolled back"
+            count = len(ledger.entries())
+            assert _anchor(anchor)["count"] == count  # brought up to date on open
+    assert count >= 12

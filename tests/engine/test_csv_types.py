@@ -151,6 +151,14 @@ def test_tsv_gzip_and_glob_files(tmp_path: Path) -> None:
     assert [row[:3] for row in _table(both)] == [(1, "n", 1.5), (2, "n", 2.5)]
 
 
+def test_windows_line_ends_and_a_byte_order_mark(tmp_path: Path) -> None:
+    text = b'\xef\xbb\xbfperson_id,region,income,day\r\n1,n,10,2024-01-02\r\n2,"s",20.5,2024-01-03\r\n'
+    session = E.Session.from_csv(
+        _write(tmp_path / "win.csv", text), types=TYPES, privacy_unit="person_id", budget=BUDGET
+    )
+    assert _table(session) == [(1, "n", 10.0, datetime.date(2024, 1, 2)), (2, "s", 20.5, datetime.date(2024, 1, 3))]
+
+
 def test_column_names_need_no_quoting_care(tmp_path: Path) -> None:
     path = _write(tmp_path / "odd.csv", '"person id","o\'brien","a""b"\n1,x,2\n')
     session = E.Session.from_csv(

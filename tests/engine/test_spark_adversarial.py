@@ -195,7 +195,7 @@ def test_the_double_text_is_duckdbs(spark):
     """The Spark text of a DOUBLE (which private key ranks hash) is DuckDB's, on awkward values too."""
     import duckdb
 
-    from dpkit.engine._backends import _spark_semantics
+    from dpkit.engine._spark_sql import spark_semantics
 
     rng = np.random.default_rng(3)
     values = [float(v) for v in rng.standard_normal(300) * 10.0 ** rng.integers(-30, 30, 300)]
@@ -203,7 +203,7 @@ def test_the_double_text_is_duckdbs(spark):
     values += [9007199254740993.0, 1.4421123051581972e18, 1.3674243334605076e18, -9.291884188845172e17, 0.0, -0.0]
     frame = pd.DataFrame({"x": values})
     text = to_dialect(
-        "SELECT CAST(x AS VARCHAR) AS s FROM v", "spark", rewrite=lambda t: _spark_semantics(t, {"x": "double"})
+        "SELECT CAST(x AS VARCHAR) AS s FROM v", "spark", rewrite=lambda t: spark_semantics(t, {"x": "double"})
     )
     spark.createDataFrame(frame).createOrReplaceTempView("__dpkit_test_doubles")
     try:
@@ -328,11 +328,11 @@ def test_released_sums_past_two_to_the_63_do_not_wrap_on_spark(spark):
     # units, so wrapping needs about 8.6e9 rows at the bound: the text is checked on two rows
     # at 2^63 - 1 instead, run as the backend runs it (ANSI mode off).
     from dpkit.engine._aggregation import to_dialect
-    from dpkit.engine._backends import _spark_semantics
+    from dpkit.engine._spark_sql import spark_semantics
 
     top = 2**63 - 1
     sql = f"SELECT CAST(SUM(x) AS DECIMAL(38, 0)) AS s FROM (VALUES ({top}), ({top})) AS t(x)"
-    text = to_dialect(sql, "spark", rewrite=lambda tree: _spark_semantics(tree, {}))
+    text = to_dialect(sql, "spark", rewrite=lambda tree: spark_semantics(tree, {}))
     previous = spark.conf.get("spark.sql.ansi.enabled", None)
     spark.conf.set("spark.sql.ansi.enabled", "false")
     try:

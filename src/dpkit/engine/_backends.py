@@ -121,6 +121,21 @@ _DUCKDB_INTEGER = (
 _DUCKDB_REAL = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 
 
+def _keep_in_lists_inside_try(connection: Any) -> None:
+    """Turn off DuckDB's IN-clause rewriter on ``connection`` (other disabled optimizers stay off).
+
+    The rewriter turns ``expr IN (5 or more constants)`` into a MARK join on ``expr``, outside the
+    ``TRY(...)`` that wraps every WHERE condition: ``CAST(s AS INTEGER) IN (0, 1, 2, 3, 4)`` then
+    raises on one row whose ``s`` is not a number (DuckDB 2.0, pandas, Arrow and Polars sources),
+    and a query failing after its debit because of one row would reveal that row. Without the
+    rewriter, IN is evaluated per row, inside TRY.
+    """
+    (current,) = connection.execute("SELECT current_setting('disabled_optimizers')").fetchone()
+    names = [name.strip() for name in str(current or "").split(",") if name.strip()]
+    if "in_clause" not in names:
+        connection.execute(f"SET disabled_optimizers = '{','.join([*names, 'in_clause'])}'")
+
+
 class DuckDBBackend:
     """DuckDB, embedded: Parquet, CSV, pandas, Polars or Arrow in; the aggregation runs as SQL inside DuckDB.
 
@@ -138,6 +153,7 @@ class DuckDBBackend:
             connection.execute("SET enable_progress_bar = true")
             connection.execute("SET enable_progress_bar_print = false")
         self._connection = connection
+        _keep_in_lists_inside_try(connection)
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
 

@@ -165,8 +165,14 @@ class DuckDBBackend:
         elif kind in ("parquet", "csv"):
             path = os.fspath(source)  # type: ignore[call-overload]
             reader = "read_parquet" if kind == "parquet" else "read_csv_auto"
+            # Inferred CSV: the types and dialect come from a sample of the rows (at bind time, in
+            # check() too); a later line that does not fit them (text in a BIGINT column, a field
+            # too many, bytes that are not UTF-8) would make the reader raise mid-query, after the
+            # debit, because of that one line. ignore_errors leaves such a line out instead (same
+            # types, no measurable cost).
+            options = ", ignore_errors = true" if kind == "csv" else ""
             self._connection.execute(
-                f"CREATE OR REPLACE VIEW {_quote(name)} AS SELECT * FROM {reader}({_literal(path)})"
+                f"CREATE OR REPLACE VIEW {_quote(name)} AS SELECT * FROM {reader}({_literal(path)}{options})"
             )
         elif kind in ("pandas", "arrow", "polars"):
             self._connection.register(name, source)

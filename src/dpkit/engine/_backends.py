@@ -121,6 +121,92 @@ _DUCKDB_INTEGER = (
 _DUCKDB_REAL = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
 
 
+#: Instants DuckDB's TIMESTAMP holds, in microseconds since 1970 (years -288,000 to 294,000, inside
+#: its range of about -290,308 to 294,247). Coarser units reach beyond it.
+_TIMESTAMP_US = (-9_150_000_000_000_000_000, 9_220_000_000_000_000_000)
+_PER_US = {"s": 10**6, "ms": 10**3}
+_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _temporal_limits(kind: Any) -> tuple[int, int] | None:
+    """The values (as int64 in the type's unit) DuckDB can read for Arrow type ``kind``, or None when all fit."""
+    import pyarrow as pa
+
+    if (pa.types.is_timestamp(kind) or pa.types.is_duration(kind)) and kind.unit in _PER_US:
+        scale = _PER_US[kind.unit]
+        return -(-_TIMESTAMP_US[0] // scale), _TIMESTAMP_US[1] // scale
+    if pa.types.is_time(kind):  # a time of day: DuckDB's TIME stops before 24:00
+        return 0, _DAY[kind.unit] - 1
+    if pa.types.is_date64(kind):  # milliseconds; DuckDB's DATE is 32-bit days
+        return -(2**31 - 2) * _DAY["ms"], (2**31 - 2) * _DAY["ms"]
+    return None
+
+
+def _nulled_outside(column: Any, limits: tuple[int, int]) -> Any:
+    """``column`` with its values outside ``limits`` NULL, and 0 under every NULL.
+
+    DuckDB converts the stored value under a NULL too (a duration there still fails), so the
+    values are replaced before the NULLs are set.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    values = pc.cast(column, pa.int64() if column.type.bit_width == 64 else pa.int32())
+    outside = pc.fill_null(pc.or_(pc.less(values, limits[0]), pc.greater(values, limits[1])), False)
+    zero = pa.scalar(0, values.type)
+    cleaned = pc.cast(pc.fill_null(pc.if_else(outside, zero, values), zero), column.type)
+    return pc.if_else(pc.and_(pc.invert(outside), pc.is_valid(column)), cleaned, pa.scalar(None, column.type))
+
+
+def _within_duckdb_ranges(source: Any, kind: str) -> Any:
+    """``source`` with date and time values DuckDB cannot hold set to NULL (the rest unchanged).
+
+    pandas, Arrow and Polars keep instants in seconds or milliseconds far beyond DuckDB's
+    microsecond TIMESTAMP (and times of day past 24:00); DuckDB reads them, but casting one to
+    text (as private keys are ranked) raises an error TRY cannot catch and invalidates the
+    connection, and scanning some fails mid-query. One person's value would then make a release
+    fail after its debit. Each such value is NULL instead, a change to that row alone. Frames
+    without such column types are returned as they are (no copy).
+    """
+    if kind == "pandas":
+        return _pandas_within_ranges(source)
+    import pyarrow as pa
+
+    table = source.to_arrow() if kind == "polars" else source
+    if not isinstance(table, pa.Table):
+        return source
+    fixes = {i: limits for i, field in enumerate(table.schema) if (limits := _temporal_limits(field.type))}
+    if not fixes:
+        return source
+    for i, limits in fixes.items():
+        table = table.set_column(i, table.schema.field(i), _nulled_outside(table.column(i), limits))
+    return table
+
+
+def _pandas_within_ranges(frame: Any) -> Any:
+    """:func:`_within_duckdb_ranges` for a pandas frame: datetime64 / timedelta64 in s or ms, as NaT."""
+    import numpy as np
+    import pyarrow as pa
+
+    copy = None
+    for position, dtype in enumerate(frame.dtypes):
+        if getattr(dtype, "kind", None) not in ("M", "m"):
+            continue
+        unit = getattr(dtype, "unit", None) or np.datetime_data(dtype)[0]
+        if unit not in _PER_US:
+            continue
+        limits = _temporal_limits(pa.timestamp(unit) if dtype.kind == "M" else pa.duration(unit))
+        if limits is None:  # pragma: no cover - every s / ms type has limits
+            continue
+        column = frame.iloc[:, position]
+        ticks = column.array.asi8  # NaT is the int64 minimum: excluded by ``present``
+        outside = ~column.isna().to_numpy() & ((ticks < limits[0]) | (ticks > limits[1]))
+        if outside.any():
+            copy = frame.copy(deep=False) if copy is None else copy
+            copy.isetitem(position, column.mask(outside))
+    return frame if copy is None else copy
+
+
 def _keep_in_lists_inside_try(connection: Any) -> None:
     """Turn off DuckDB's IN-clause rewriter on ``connection`` (other disabled optimizers stay off).
 
@@ -174,10 +260,47 @@ class DuckDBBackend:
             self._connection.execute(
                 f"CREATE OR REPLACE VIEW {_quote(name)} AS SELECT * FROM {reader}({_literal(path)}{options})"
             )
+            if kind == "parquet":
+                self._refuse_unreadable_times(name, path)
         elif kind in ("pandas", "arrow", "polars"):
-            self._connection.register(name, source)
+            self._connection.register(name, _within_duckdb_ranges(source, kind))
         else:  # pragma: no cover - guarded by Session
             raise InvalidParameterError("kind", kind, "must be parquet, csv, pandas, arrow or polars for DuckDB")
+
+    def _refuse_unreadable_times(self, name: str, path: str) -> None:
+        """Refuse a Parquet source whose date or time columns hold a value DuckDB cannot read.
+
+        A Parquet TIMESTAMP in milliseconds past DuckDB's range, or a TIME past 24:00, makes the
+        scan raise whenever a query reads the column: after the debit, because of one row. Such
+        columns are read once here, on a connection of their own, before the session exists.
+        """
+        import duckdb
+
+        from dpkit.engine._aggregation import _literal, _quote
+
+        temporal = [
+            c
+            for c, info in self.schema(name).items()
+            if info.type.startswith(("TIMESTAMP", "TIME", "DATE", "INTERVAL"))
+        ]
+        if not temporal:
+            return
+        probe = duckdb.connect(":memory:")
+        try:
+            for column in temporal:
+                try:
+                    probe.execute(
+                        f"SELECT count(CAST({_quote(column)} AS VARCHAR)) FROM read_parquet({_literal(path)})"
+                    ).fetchall()
+                except duckdb.Error:
+                    raise InvalidParameterError(
+                        "source",
+                        path,
+                        f"column {column!r} holds a date or time DuckDB cannot read (past its range, or a time "
+                        "past 24:00): one such row would fail every query reading it; write those values as NULL",
+                    ) from None
+        finally:
+            probe.close()
 
     def schema(self, name: str) -> dict[str, ColumnInfo]:
         from dpkit.engine._aggregation import _quote

@@ -328,3 +328,27 @@ def test_a_parquet_file_with_a_time_duckdb_cannot_read_is_refused_before_a_ledge
         ):
             E.Session.from_parquet(bad, privacy_unit="p", budget=dpkit.PureDP(1), ledger=ledger)
         assert not ledger.exists()
+
+
+def test_intervals_a_python_timedelta_cannot_hold_read_as_null_or_are_refused(tmp_path):
+    """DuckDB returns an INTERVAL key to Python as a timedelta, which overflows past 999,999,999
+    days: a private-key release over one such value failed after its debit."""
+    import duckdb
+
+    values = [pa.MonthDayNano([1, 2, 3]), pa.MonthDayNano([2**31 - 1, 0, 0]), None]
+    table = pa.table({"p": [1, 2, 3], "i": pa.array(values, pa.month_day_nano_interval())})
+    session = E.Session.from_arrow(table, name="t", privacy_unit="p", budget=dpkit.ApproxDP(10, 1e-3))
+    assert session._backend._connection.execute("SELECT i FROM t ORDER BY p").fetchall() == [
+        (dt.timedelta(days=32),),
+        (None,),
+        (None,),
+    ]
+    session.table().group_by("i").agg(n=E.count()).release(epsilon=1, delta=1e-6, rng=InsecureSeededRandom(0))
+    for months, refused in ((2, False), (2_000_000_000, True)):
+        path = tmp_path / f"interval_{months}.parquet"
+        duckdb.sql(f"COPY (SELECT 1 AS p, INTERVAL {months} MONTH AS i) TO '{path}'")
+        if refused:
+            with pytest.raises(dpkit.InvalidParameterError, match="interval past 999,000,000 days"):
+                E.Session.from_parquet(path, privacy_unit="p", budget=dpkit.PureDP(1))
+        else:
+            E.Session.from_parquet(path, privacy_unit="p", budget=dpkit.PureDP(1))

@@ -176,11 +176,34 @@ def _within_duckdb_ranges(source: Any, kind: str) -> Any:
     if not isinstance(table, pa.Table):
         return source
     fixes = {i: limits for i, field in enumerate(table.schema) if (limits := _temporal_limits(field.type))}
-    if not fixes:
+    intervals = [i for i, field in enumerate(table.schema) if pa.types.is_interval(field.type)]
+    if not fixes and not intervals:
         return source
     for i, limits in fixes.items():
         table = table.set_column(i, table.schema.field(i), _nulled_outside(table.column(i), limits))
+    for i in intervals:
+        table = table.set_column(i, table.schema.field(i), _intervals_within_timedelta(table.column(i)))
     return table
+
+
+#: DuckDB returns an INTERVAL to Python as a timedelta of months * 30 + days days, which overflows
+#: past 999,999,999 days (a private group key is returned so).
+_INTERVAL_DAYS = 999_000_000
+
+
+def _intervals_within_timedelta(column: Any) -> Any:
+    """Arrow month_day_nano ``column`` with the intervals a Python timedelta cannot hold as NULL (in Python:
+    a rare type)."""
+    import pyarrow as pa
+
+    def fits(value: Any) -> bool:
+        months, days, nanoseconds = value
+        return abs(months) * 31 + abs(days) + abs(nanoseconds) // 86_400_000_000_000 <= _INTERVAL_DAYS
+
+    values = column.to_pylist()
+    if all(value is None or fits(value) for value in values):
+        return column
+    return pa.array([value if value is None or fits(value) else None for value in values], column.type)
 
 
 def _pandas_within_ranges(frame: Any) -> Any:
@@ -278,26 +301,26 @@ class DuckDBBackend:
 
         from dpkit.engine._aggregation import _literal, _quote
 
-        temporal = [
-            c
-            for c, info in self.schema(name).items()
-            if info.type.startswith(("TIMESTAMP", "TIME", "DATE", "INTERVAL"))
-        ]
+        schema = self.schema(name)
+        temporal = [c for c, info in schema.items() if info.type.startswith(("TIMESTAMP", "TIME", "DATE", "INTERVAL"))]
         if not temporal:
             return
         probe = duckdb.connect(":memory:")
         try:
             for column in temporal:
+                quoted = _quote(column)
+                read = f"count(CAST({quoted} AS VARCHAR))"
+                if schema[column].type == "INTERVAL":  # and the longest must convert to a Python timedelta
+                    read += f", max_by({quoted}, abs(epoch({quoted})))"
                 try:
-                    probe.execute(
-                        f"SELECT count(CAST({_quote(column)} AS VARCHAR)) FROM read_parquet({_literal(path)})"
-                    ).fetchall()
-                except duckdb.Error:
+                    probe.execute(f"SELECT {read} FROM read_parquet({_literal(path)})").fetchall()
+                except (duckdb.Error, OverflowError):
                     raise InvalidParameterError(
                         "source",
                         path,
-                        f"column {column!r} holds a date or time DuckDB cannot read (past its range, or a time "
-                        "past 24:00): one such row would fail every query reading it; write those values as NULL",
+                        f"column {column!r} holds a date or time DuckDB cannot read (past its range, a time past "
+                        "24:00, or an interval past 999,000,000 days): one such row would fail every query "
+                        "reading it; write those values as NULL",
                     ) from None
         finally:
             probe.close()

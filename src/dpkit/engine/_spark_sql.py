@@ -1277,7 +1277,9 @@ def _folded(node: Any, kind: str) -> Any:
         result = values[0] - values[1]
     elif isinstance(node, exp.Mul):
         result = values[0] * values[1]
-    elif values[1] == 0 or (values[0] == low and values[1] == -1):
+    elif values[1] == 0 or (
+        values[0] == low and values[1] == -1 and (isinstance(node, exp.IntDiv) or _duckdb_minimum_modulo_fails())
+    ):
         return None
     else:  # IntDiv, Mod: truncated towards zero
         quotient = abs(values[0]) // abs(values[1]) * (1 if (values[0] < 0) == (values[1] < 0) else -1)
@@ -1446,13 +1448,33 @@ def _checked(node: Any, kind: str) -> Any:
             if isinstance(node, exp.IntDiv):
                 by_minus_one, value = negated, exp.Cast(this=exp.IntDiv(this=left.copy(), expression=right), to=target)
             else:
-                by_minus_one = call("try_multiply", negated, typed(_number(0)))
                 value = exp.Mod(this=left.copy(), expression=right)
+                if not _duckdb_minimum_modulo_fails():  # DuckDB 2.0.1 and later: the minimum % -1 is 0
+                    return exp.paren(value, copy=False)
+                by_minus_one = call("try_multiply", negated, typed(_number(0)))
             minus_one = exp.EQ(this=right.copy(), expression=_number(-1))
             return exp.paren(exp.Case().when(minus_one, by_minus_one).else_(value), copy=False)
 
         return _bound([typed(node.this), typed(node.expression)], divided)
     return None
+
+
+@functools.cache
+def _duckdb_minimum_modulo_fails() -> bool:
+    """Whether the installed DuckDB raises on an integer type's minimum % -1 (2.0.0 does; 2.0.1 gives 0).
+
+    Asked of DuckDB itself, once, so Spark follows whichever DuckDB is installed.
+    """
+    import duckdb
+
+    connection = duckdb.connect(":memory:")
+    try:
+        connection.execute("SELECT CAST(-128 AS TINYINT) % CAST(-1 AS TINYINT)").fetchall()
+    except duckdb.Error:
+        return True
+    finally:
+        connection.close()
+    return False
 
 
 def _in_condition(node: Any) -> bool:

@@ -445,8 +445,13 @@ class SparkBackend:
 
         (Spark's own pandas import turns NaN into NULL, infers a column's type from its rows, fails
         on an empty frame, turns uint64 values above 2^63 into NULL and shifts naive timestamps by
-        the session's time zone; ``to_pandas`` loses NaN and Polars dates.)
+        the session's time zone; ``to_pandas`` loses NaN and Polars dates.) Date and time values
+        DuckDB cannot hold are NULL here too (:func:`_within_duckdb_ranges`), so both engines read
+        the same rows; Spark's import would otherwise refuse the whole frame.
         """
+        source = _within_duckdb_ranges(source, kind)
+        if kind == "polars" and not hasattr(source, "to_arrow"):  # an Arrow table once values were nulled
+            kind = "arrow"
         try:
             if kind == "pandas":
                 import pyarrow as pa

@@ -28,3 +28,24 @@ def exact_aggregates(session, query, bounds=None, *, salt: str = "salt", **cost)
     compiled = compile_query(query.plan, session._context(), request, bounds=bounds)
     resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
     return compiled, session._backend.run(aggregation_plan(compiled, resolved, salt))
+
+
+def far_instants(kind: str, unit: str = "pid"):
+    """Three rows whose column ``c`` holds, in row 2, an instant 1e17 s after 1970 (past DuckDB's
+    microsecond TIMESTAMP), as a ``kind`` frame ("pandas", "arrow", "polars"), with the Session
+    constructor for that kind. ``unit`` names the person column (values 1, 2, 3)."""
+    import pytest
+
+    from dpkit import engine as E
+
+    frame = pd.DataFrame({unit: [1, 2, 3], "c": np.array([1, 10**17, 5], dtype="datetime64[s]")})
+    if kind == "arrow":
+        import pyarrow as pa
+
+        source = pa.Table.from_pandas(frame, preserve_index=False)
+    elif kind == "polars":
+        source = pytest.importorskip("polars").from_pandas(frame)
+    else:
+        source = frame
+    opener = {"pandas": E.Session.from_pandas, "arrow": E.Session.from_arrow, "polars": E.Session.from_polars}[kind]
+    return source, opener

@@ -336,15 +336,9 @@ def test_text_spark_cannot_read_as_duckdb_is_refused_before_spending(spark, cond
 def test_dates_duckdb_cannot_hold_are_null_on_spark_too(spark, kind):
     """A frame's instant past DuckDB's microsecond range reads as NULL on both engines (Spark's
     import refused the whole frame before), so both release the same rows."""
-    import pandas as pd
+    from engine_fixtures import far_instants
 
-    frame = pd.DataFrame({"pid": [1, 2, 3], "c": np.array([1, 10**17, 5], dtype="datetime64[s]")})
-    source = {
-        "pandas": lambda: frame,
-        "arrow": lambda: pa.Table.from_pandas(frame, preserve_index=False),
-        "polars": lambda: pytest.importorskip("polars").from_pandas(frame),
-    }[kind]()
-    opener = {"pandas": E.Session.from_pandas, "arrow": E.Session.from_arrow, "polars": E.Session.from_polars}[kind]
+    source, opener = far_instants(kind)
     options = {"name": "t", "privacy_unit": "pid", "budget": dpkit.ApproxDP(10, 1e-3)}
     duck, on_spark = opener(source, **options), opener(source, backend=SparkBackend(spark), **options)
     rows = [

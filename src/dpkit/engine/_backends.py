@@ -68,8 +68,12 @@ class Backend(Protocol):
 
     name: str
 
-    def register(self, name: str, source: object, kind: str) -> None:
-        """Make ``source`` (a path or a frame, per ``kind``) queryable as table ``name``."""
+    def register(self, name: str, source: object, kind: str, *, public: bool = False) -> None:
+        """Make ``source`` (a path or a frame, per ``kind``) queryable as table ``name``, replacing any
+        table of that name. A source some of whose rows could not be read later is refused here (a
+        read failing mid-query would fail a release after its debit, because of those rows).
+        ``public``: the rows are public; a backend may read them whole now (and keep them).
+        """
 
     def schema(self, name: str) -> dict[str, ColumnInfo]:
         """Column names and types of table ``name`` (metadata only; no rows are read)."""
@@ -266,7 +270,34 @@ class DuckDBBackend:
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
 
-    def register(self, name: str, source: object, kind: str) -> None:
+    def register(self, name: str, source: object, kind: str, *, public: bool = False) -> None:
+        """Register ``source`` as table ``name`` (a view over the file or frame; a public table is
+        copied into DuckDB whole, so that it is read once, here, and never changes afterwards)."""
+        from dpkit.engine._aggregation import _quote
+
+        self._forget(name)
+        if not public:
+            self._register(name, source, kind)
+            return
+        staging = f"__dpkit_public_{uuid.uuid4().hex}"
+        self._register(staging, source, kind)
+        try:
+            self._connection.execute(f"CREATE TEMP TABLE {_quote(name)} AS SELECT * FROM {_quote(staging)}")
+        finally:
+            self._forget(staging)
+
+    def _forget(self, name: str) -> None:
+        """Drop whatever table ``name`` is now (a registered frame shadows a view of the same name)."""
+        from dpkit.engine._aggregation import _quote
+
+        with contextlib.suppress(Exception):
+            self._connection.unregister(name)
+        for statement in ("DROP VIEW IF EXISTS", "DROP TABLE IF EXISTS"):
+            for schema in ("temp", "main"):
+                with contextlib.suppress(Exception):  # (the name is the other kind of object there)
+                    self._connection.execute(f"{statement} {schema}.{_quote(name)}")
+
+    def _register(self, name: str, source: object, kind: str) -> None:
         from dpkit.engine._aggregation import _literal, _quote
 
         if kind == "csv" and isinstance(source, TypedCsv):  # declared types: nothing inferred from the rows
@@ -280,6 +311,8 @@ class DuckDBBackend:
             # debit, because of that one line. ignore_errors leaves such a line out instead (same
             # types, no measurable cost).
             options = ", ignore_errors = true" if kind == "csv" else ""
+            if kind == "parquet":
+                self._refuse_mixed_parquet_schemas(path)
             self._connection.execute(
                 f"CREATE OR REPLACE VIEW {_quote(name)} AS SELECT * FROM {reader}({_literal(path)}{options})"
             )
@@ -287,8 +320,60 @@ class DuckDBBackend:
                 self._refuse_unreadable_times(name, path)
         elif kind in ("pandas", "arrow", "polars"):
             self._connection.register(name, _within_duckdb_ranges(source, kind))
+            if kind == "pandas":
+                self._refuse_mixed_objects(name, source)
         else:  # pragma: no cover - guarded by Session
             raise InvalidParameterError("kind", kind, "must be parquet, csv, pandas, arrow or polars for DuckDB")
+
+    def _refuse_mixed_parquet_schemas(self, path: str) -> None:
+        """Refuse a Parquet glob whose files do not all have the same columns and types.
+
+        DuckDB takes the schema from the first file; a later file storing a column with another
+        type (or without it) fails the scan when a query reaches it, which row-group pruning can make
+        depend on the rows. Only the files' metadata is read.
+        """
+        from dpkit.engine._aggregation import _literal
+
+        signatures = self._connection.execute(
+            "SELECT signature, min(file_name) FROM (SELECT file_name, string_agg(name || ' ' || "
+            "coalesce(duckdb_type, type, '') || ' ' || coalesce(num_children, 0), ', ' ORDER BY column_id) "
+            f"AS signature FROM parquet_schema({_literal(path)}) WHERE column_id > 0 GROUP BY file_name) "
+            "GROUP BY signature ORDER BY 2"
+        ).fetchall()
+        if len(signatures) > 1:
+            first, second = (str(row[1]) for row in signatures[:2])
+            raise InvalidParameterError(
+                "source",
+                path,
+                f"its files do not all have the same columns and types ({first!r} and {second!r} differ); "
+                "one schema is needed, or a file's rows would fail queries that read them",
+            )
+
+    def _refuse_mixed_objects(self, name: str, frame: Any) -> None:
+        """Refuse a pandas frame with an object column DuckDB cannot read whole as the type it gave it.
+
+        DuckDB types an object column from a sample of its values; a value of another kind further
+        on (a bool among ints, a str among dates) makes every scan of the column raise, after the
+        debit. Object columns are read once here.
+        """
+        import numpy as np
+
+        from dpkit.engine._aggregation import _quote
+
+        objects = [str(c) for c, dtype in zip(frame.columns, frame.dtypes, strict=True) if dtype is np.dtype(object)]
+        for column in objects:
+            try:
+                self._connection.execute(
+                    f"SELECT count(CAST({_quote(column)} AS VARCHAR)) FROM {_quote(name)}"
+                ).fetchall()
+            except Exception:  # noqa: BLE001 - whatever the conversion raised
+                self._forget(name)
+                raise InvalidParameterError(
+                    "source",
+                    f"<{type(frame).__name__}>",
+                    f"object column {column!r} mixes values DuckDB cannot read as one type (it typed the column "
+                    "from a sample); give the column one type (e.g. frame[column].astype(...))",
+                ) from None
 
     def _refuse_unreadable_times(self, name: str, path: str) -> None:
         """Refuse a Parquet source whose date or time columns hold a value DuckDB cannot read.
@@ -418,10 +503,14 @@ class SparkBackend:
         #: table name (case-folded, as the engines match names) -> (its temporary view, its column types)
         self._tables: dict[str, tuple[str, dict[str, str]]] = {}
 
-    def register(self, name: str, source: object, kind: str) -> None:
+    def register(self, name: str, source: object, kind: str, *, public: bool = False) -> None:
+        """Register ``source`` as table ``name`` (a temporary view; a public table is read whole now and
+        kept, so that it is read once, here)."""
         reader = self._spark.read
         if kind == "parquet":
-            frame = reader.parquet(str(Path(os.fspath(source))))  # type: ignore[call-overload]
+            path = str(Path(os.fspath(source)))  # type: ignore[call-overload]
+            frame = reader.parquet(path)
+            _refuse_mixed_parquet_schemas(reader, path, frame)
         elif kind == "csv" and isinstance(source, TypedCsv):
             frame = spark_frame(self._spark, source)
         elif kind == "csv":
@@ -432,6 +521,8 @@ class SparkBackend:
             frame = source
         else:  # pragma: no cover - guarded by Session
             raise InvalidParameterError("kind", kind, "must be parquet, csv, pandas, arrow, polars or spark")
+        if public:
+            frame = frame.localCheckpoint(eager=True)
         view = f"{self._prefix}{len(self._tables)}_{uuid.uuid4().hex[:8]}"
         frame.createOrReplaceTempView(view)
         types = {str(column): str(kind_) for column, kind_ in frame.dtypes}
@@ -618,6 +709,23 @@ class SparkBackend:
                 total += info.numTasks
                 done += info.numCompletedTasks
         return done / total if total else None
+
+
+def _refuse_mixed_parquet_schemas(reader: Any, path: str, frame: Any) -> None:
+    """Refuse Parquet files that do not all have the schema Spark took for them (see
+    ``DuckDBBackend._refuse_mixed_parquet_schemas``): their footers, merged, must give that schema."""
+    try:
+        merged = reader.option("mergeSchema", "true").parquet(path).schema
+    except Exception as error:  # noqa: BLE001 - Spark's "failed to merge incompatible data types"
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise InvalidParameterError("source", path, f"its files' schemas do not merge ({reason})") from None
+    if merged != frame.schema:
+        raise InvalidParameterError(
+            "source",
+            path,
+            "its files do not all have the same columns and types; one schema is needed, or a file's rows "
+            "would fail queries that read them",
+        )
 
 
 def _spark_from_arrow(spark: Any, table: Any) -> Any:

@@ -257,7 +257,7 @@ class Session:
         for other in list(self._public):
             if other.casefold() == name.casefold():
                 del self._public[other]  # the same table name to the engine: this replaces it
-        self._public[name] = _open(self._backend, name, *_source_kind(source), "public_tables")
+        self._public[name] = _open(self._backend, name, *_source_kind(source), "public_tables", public=True)
 
     # -- reading the budget ------------------------------------------------------------------------
 
@@ -351,7 +351,7 @@ class Session:
             # One row is one person, and rows are not bounded: a lookup key that repeats would turn
             # one private row into several. (Per person, the joined rows stay that person's rows.)
             for join in compiled.query.joins:
-                if self._backend.has_repeated_keys(join.table, join.on):
+                if self._repeated_keys(join.table, join.on):
                     raise InvalidParameterError(
                         "join",
                         join.table,
@@ -360,6 +360,18 @@ class Session:
                         "count several times (deduplicate it, or give a privacy unit column)",
                     )
         return compiled
+
+    def _repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
+        """Whether public ``table`` repeats a key of ``columns`` (a typed error if it cannot be read)."""
+        try:
+            return self._backend.has_repeated_keys(table, columns)
+        except DPError:
+            raise
+        except Exception as error:  # noqa: BLE001 - a public table: its reader's message may be shown
+            reason = (str(error).strip().splitlines() or [""])[0]
+            raise InvalidParameterError(
+                "public_tables", table, f"the {self._backend.name} backend cannot read it ({reason})"
+            ) from None
 
     def preview(self, query: QueryBuilder | Query | str, **cost: Any) -> Preview:
         """Cost and expected error of ``query`` without reading data or spending budget."""
@@ -476,12 +488,32 @@ class Session:
         )
 
 
-def _open(backend: Backend, name: str, source: object, kind: str, parameter: str) -> dict[str, ColumnInfo]:
+def _open(
+    backend: Backend, name: str, source: object, kind: str, parameter: str, *, public: bool = False
+) -> dict[str, ColumnInfo]:
     """Register ``source`` as table ``name`` and read its schema; a source the backend cannot open
-    is an InvalidParameterError naming ``parameter`` (the file, or the frame's type: never its rows)."""
+    is an InvalidParameterError naming ``parameter`` (the file, or the frame's type: never its rows).
+
+    A pyarrow RecordBatchReader (or RecordBatch) is read into a table first: a reader can be read
+    once only, and every query after the first would fail after its debit.
+    """
+    if kind == "arrow":
+        import pyarrow as pa
+
+        if isinstance(source, pa.RecordBatchReader):
+            source = source.read_all()
+        elif isinstance(source, pa.RecordBatch):
+            source = pa.Table.from_batches([source])
     try:
-        backend.register(name, source, kind)
+        if public:
+            backend.register(name, source, kind, public=True)
+        else:
+            backend.register(name, source, kind)
         return backend.schema(name)
+    except InvalidParameterError as error:
+        if error.name == "source" and parameter != "source":  # the backend's refusal, of a public table
+            raise InvalidParameterError(parameter, error.value, error.allowed) from None
+        raise
     except DPError:
         raise
     except Exception as error:  # noqa: BLE001 - any engine's reader error

@@ -46,6 +46,7 @@ __all__ = [
     "Histogram",
     "KEY_TABLE_THRESHOLD",
     "Moment",
+    "conditions_sql",
     "key_table_columns",
     "render_sql",
     "unit_exponent",
@@ -337,6 +338,20 @@ def key_table_columns(plan: AggregationPlan) -> dict[str, list[Any]] | None:
     return columns
 
 
+def _source(plan: AggregationPlan) -> str:
+    source = _quote(plan.table)
+    for join in plan.joins:
+        source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
+    return source
+
+
+def conditions_sql(plan: AggregationPlan) -> str | None:
+    """A query whose columns are ``plan``'s WHERE conditions, over its tables (for their types), or None."""
+    if not plan.where:
+        return None
+    return f"SELECT {', '.join(f'({w}) AS __c{i}' for i, w in enumerate(plan.where))} FROM {_source(plan)}"
+
+
 def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
     """The bounded aggregation as one DuckDB-dialect statement (backends transpile it).
 
@@ -362,9 +377,7 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
         select.append(f"ROUND({powered} / {_literal(moment.unit_scale)}) AS __v{i}")
     if plan.histogram is not None:
         select.append(f"{_bin_expression(plan.histogram)} AS __b")
-    source = _quote(plan.table)
-    for join in plan.joins:
-        source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
+    source = _source(plan)
     # TRY: a condition that fails on some rows (a bad cast, an overflow) excludes those rows
     # instead of failing the query: an error raised by one person's rows would reveal them.
     conditions = [f"TRY({w})" for w in plan.where]

@@ -28,6 +28,7 @@ from dpkit._errors import InvalidParameterError
 from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
+    conditions_sql,
     key_table_columns,
     render_sql,
     repeated_keys_sql,
@@ -417,8 +418,10 @@ class DuckDBBackend:
         result = {}
         for row in rows:
             column, kind = str(row[0]), str(row[1]).upper()
-            integer = kind.startswith(_DUCKDB_INTEGER)
-            result[column] = ColumnInfo(column, kind, integer or kind.startswith(_DUCKDB_REAL), integer)
+            # (only scalars: BIGINT[] and STRUCT(a BIGINT) start with a numeric type's name too)
+            scalar = not kind.endswith("]") and not kind.startswith(("STRUCT", "MAP", "UNION"))
+            integer = scalar and kind.split("(")[0] in _DUCKDB_INTEGER
+            result[column] = ColumnInfo(column, kind, integer or (scalar and kind.startswith(_DUCKDB_REAL)), integer)
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
@@ -431,6 +434,7 @@ class DuckDBBackend:
         with self._key_table(plan) as key_table:
             sql = render_sql(plan, key_table)
             self._connection.execute("EXPLAIN " + sql).fetchall()
+            self._check_conditions(plan)
             # DuckDB hands TIMESTAMP WITH TIME ZONE values to Python through pytz: without it the
             # query would bind here but fail when its group keys are read back, after the debit.
             if importlib.util.find_spec("pytz") is not None:
@@ -442,6 +446,21 @@ class DuckDBBackend:
                 raise RuntimeError(
                     "reading TIMESTAMP WITH TIME ZONE group keys back from DuckDB needs the pytz module: "
                     "pip install pytz, or group by the column cast to TIMESTAMP in a view of the data"
+                )
+
+    def _check_conditions(self, plan: AggregationPlan) -> None:
+        """Refuse a WHERE condition that is not BOOLEAN: DuckDB would cast its value to BOOLEAN
+        outside the condition's TRY, so one row's value (a text other than 'true' or 'false', any
+        BLOB or LIST) would fail the query after its debit."""
+        sql = conditions_sql(plan)
+        if sql is None:
+            return
+        rows = self._connection.execute("DESCRIBE " + sql).fetchall()
+        for condition, row in zip(plan.where, rows, strict=True):
+            kind = str(row[1]).upper()
+            if kind not in ("BOOLEAN", '"NULL"', "NULL"):
+                raise TypeError(
+                    f"the condition {condition} is {kind}, not BOOLEAN (compare it: x = ..., x IS NOT NULL)"
                 )
 
     @contextlib.contextmanager

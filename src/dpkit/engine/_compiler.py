@@ -31,6 +31,7 @@ import datetime
 import decimal
 import math
 import numbers
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -508,6 +509,9 @@ def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
     }[aggregate.kind]
 
 
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
 def _key_types(info: ColumnInfo) -> tuple[tuple[type, ...], str] | None:
     """The Python types a public key of a column may have, and their name for messages (None: unchecked).
 
@@ -530,9 +534,17 @@ def _key_types(info: ColumnInfo) -> tuple[tuple[type, ...], str] | None:
         return (datetime.date,), "datetime.date"
     if kind.startswith("TIMESTAMP") or kind == "DATETIME":
         return (datetime.date,), "datetime.datetime (or pandas.Timestamp)"
-    if kind == "TIME" or kind.startswith("TIME "):
+    if kind.startswith("TIME"):  # TIME, TIME_NS, TIME WITH TIME ZONE (TIMESTAMP: above)
         return (datetime.time,), "datetime.time"
-    return None  # enums, UUIDs, ...: matched by the backend's own comparison
+    if kind in ("BLOB", "BYTEA", "BINARY", "VARBINARY"):
+        return (bytes,), "bytes"
+    if kind == "UUID":
+        return (str,), "str (a UUID as 8-4-4-4-12 hexadecimal digits)"
+    if kind.startswith("ENUM"):
+        return (str,), "str"
+    # Nothing else has keys every engine reads alike (a text key on an INTERVAL column that does
+    # not parse fails the query when a row reaches it, after the debit): only NULL is a key here.
+    return (), "none"
 
 
 def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
@@ -542,15 +554,22 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
         return
     allowed, names = expected
     boolean = bool in allowed
+    uuid = info.type.upper() == "UUID"
     for value in values:
         if value is None:
             continue
+        if not allowed:
+            raise InvalidParameterError(
+                "keys", value, f"column {column!r} is {info.type}: it takes no public keys (group it by private keys)"
+            )
         if not isinstance(value, allowed) or (isinstance(value, bool | np.bool_) and not boolean):
             raise InvalidParameterError(
                 "keys",
                 value,
                 f"has type {type(value).__name__}, but column {column!r} is {info.type}: use {names} keys",
             )
+        if uuid and _UUID.fullmatch(str(value)) is None:
+            raise InvalidParameterError("keys", value, f"column {column!r} is UUID: a key must be {names}")
 
 
 def _schema_spelling(query: Query, context: CompileContext) -> Query:

@@ -180,6 +180,8 @@ def _within_duckdb_ranges(source: Any, kind: str) -> Any:
     table = source.to_arrow() if kind == "polars" else source
     if not isinstance(table, pa.Table):
         return source
+    for field in table.schema:
+        _refuse_far_inside(field.name, field.type, table.column(field.name))
     fixes = {i: limits for i, field in enumerate(table.schema) if (limits := _temporal_limits(field.type))}
     intervals = [i for i, field in enumerate(table.schema) if pa.types.is_interval(field.type)]
     if not fixes and not intervals:
@@ -189,6 +191,49 @@ def _within_duckdb_ranges(source: Any, kind: str) -> Any:
     for i in intervals:
         table = table.set_column(i, table.schema.field(i), _intervals_within_timedelta(table.column(i)))
     return table
+
+
+def _refuse_far_inside(name: str, kind: Any, column: Any) -> None:
+    """Refuse a nested column (dictionary, struct, list, map) holding a date or time DuckDB cannot hold.
+
+    The values inside are not set to NULL as top-level ones are: such a column is refused, before
+    any ledger exists. (DuckDB converts a dictionary whole, and a value under a NULL too.)
+    """
+    import pyarrow as pa
+
+    nested = pa.types.is_dictionary(kind) or pa.types.is_nested(kind)
+    if nested and _far_inside(column, kind):
+        raise InvalidParameterError(
+            "source",
+            f"column {name!r} ({kind})",
+            "holds, inside its values, a date or time DuckDB cannot hold (an instant or duration in s or ms "
+            "past its microsecond range, a time past 24:00, a date64 past its dates): write such values as NULL",
+        )
+
+
+def _far_inside(array: Any, kind: Any) -> bool:
+    """Whether Arrow ``array`` of type ``kind`` stores, at any depth, a value outside :func:`_temporal_limits`."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if isinstance(array, pa.ChunkedArray):
+        return any(_far_inside(chunk, kind) for chunk in array.chunks)
+    if pa.types.is_dictionary(kind):
+        return _far_inside(array.dictionary, kind.value_type)
+    if pa.types.is_struct(kind):
+        return any(_far_inside(array.field(i), kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _far_inside(array.keys, kind.key_type) or _far_inside(array.items, kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _far_inside(array.values, kind.value_type)  # (every value stored, under a NULL too)
+    if pa.types.is_nested(kind):  # list views, unions...: DuckDB's own reader decides
+        return False
+    limits = _temporal_limits(kind)
+    if limits is None or len(array) == 0:
+        return False
+    width = pa.int64() if kind.bit_width == 64 else pa.int32()
+    stored = pa.Array.from_buffers(width, len(array), [None, array.buffers()[1]], offset=array.offset)
+    return bool(pc.any(pc.or_(pc.less(stored, limits[0]), pc.greater(stored, limits[1]))).as_py())
 
 
 #: DuckDB returns an INTERVAL to Python as a timedelta of months * 30 + days days, which overflows
@@ -214,10 +259,25 @@ def _intervals_within_timedelta(column: Any) -> Any:
 def _pandas_within_ranges(frame: Any) -> Any:
     """:func:`_within_duckdb_ranges` for a pandas frame: datetime64 / timedelta64 in s or ms, as NaT."""
     import numpy as np
+    import pandas as pd
     import pyarrow as pa
 
     copy = None
     for position, dtype in enumerate(frame.dtypes):
+        column = frame.iloc[:, position]
+        if isinstance(dtype, pd.ArrowDtype):  # pyarrow-backed: as an Arrow column
+            arrow = column.array.__arrow_array__()
+            _refuse_far_inside(str(frame.columns[position]), arrow.type, arrow)
+            limits = _temporal_limits(arrow.type)
+            if limits is not None and _far_inside(arrow, arrow.type):
+                copy = frame.copy(deep=False) if copy is None else copy
+                cleaned = pd.arrays.ArrowExtensionArray(_nulled_outside(arrow, limits))
+                copy.isetitem(position, pd.Series(cleaned, index=column.index, name=column.name))
+            continue
+        if isinstance(dtype, pd.CategoricalDtype):  # categories of dates and times: as a dictionary
+            encoded = pa.DictionaryArray.from_arrays(pa.array([], pa.int32()), pa.array(dtype.categories))
+            _refuse_far_inside(str(frame.columns[position]), encoded.type, encoded)
+            continue
         if getattr(dtype, "kind", None) not in ("M", "m"):
             continue
         unit = getattr(dtype, "unit", None) or np.datetime_data(dtype)[0]
@@ -226,7 +286,6 @@ def _pandas_within_ranges(frame: Any) -> Any:
         limits = _temporal_limits(pa.timestamp(unit) if dtype.kind == "M" else pa.duration(unit))
         if limits is None:  # pragma: no cover - every s / ms type has limits
             continue
-        column = frame.iloc[:, position]
         ticks = column.array.asi8  # NaT is the int64 minimum: excluded by ``present``
         outside = ~column.isna().to_numpy() & ((ticks < limits[0]) | (ticks > limits[1]))
         if outside.any():
@@ -267,6 +326,9 @@ class DuckDBBackend:
             connection.execute("SET enable_progress_bar = true")
             connection.execute("SET enable_progress_bar_print = false")
         self._connection = connection
+        #: table name (case-folded) -> the name its source is registered under, where the table is a
+        #: view over it (see ``_register_canonical``)
+        self._raw: dict[str, str] = {}
         _keep_in_lists_inside_try(connection)
         if threads is not None:
             self._connection.execute(f"SET threads = {int(threads)}")
@@ -278,14 +340,38 @@ class DuckDBBackend:
 
         self._forget(name)
         if not public:
-            self._register(name, source, kind)
+            self._register_canonical(name, source, kind)
             return
         staging = f"__dpkit_public_{uuid.uuid4().hex}"
-        self._register(staging, source, kind)
+        self._register_canonical(staging, source, kind)
         try:
             self._connection.execute(f"CREATE TEMP TABLE {_quote(name)} AS SELECT * FROM {_quote(staging)}")
         finally:
             self._forget(staging)
+
+    def _register_canonical(self, name: str, source: object, kind: str) -> None:
+        """:meth:`_register`, with INTERVAL columns in one canonical form (a number of microseconds).
+
+        DuckDB holds an interval as months, days and microseconds, and compares them normalised
+        ('1 day' = '24:00:00', '1 month' = '30 days') but shows each row's own form: a group of
+        equal intervals would show (and its salted rank would hash) the form of whichever row came
+        first, so one person's row could reorder every group. pandas also gives days where Arrow
+        gives microseconds. An interval beyond the microsecond range (about 292,000 years) is NULL.
+        """
+        from dpkit.engine._aggregation import _quote
+
+        self._register(name, source, kind)
+        intervals = [column for column, info in self.schema(name).items() if info.type == "INTERVAL"]
+        if not intervals:
+            return
+        raw = f"__dpkit_raw_{uuid.uuid4().hex}"
+        self._forget(name)
+        self._register(raw, source, kind)
+        self._raw[name.casefold()] = raw
+        canonical = ", ".join(f"TRY(to_microseconds(epoch_us({_quote(c)}))) AS {_quote(c)}" for c in intervals)
+        self._connection.execute(
+            f"CREATE TEMP VIEW {_quote(name)} AS SELECT * REPLACE ({canonical}) FROM {_quote(raw)}"
+        )
 
     def _forget(self, name: str) -> None:
         """Drop whatever table ``name`` is now (a registered frame shadows a view of the same name)."""
@@ -293,10 +379,13 @@ class DuckDBBackend:
 
         with contextlib.suppress(Exception):
             self._connection.unregister(name)
+        raw = self._raw.pop(name.casefold(), None)
         for statement in ("DROP VIEW IF EXISTS", "DROP TABLE IF EXISTS"):
             for schema in ("temp", "main"):
                 with contextlib.suppress(Exception):  # (the name is the other kind of object there)
                     self._connection.execute(f"{statement} {schema}.{_quote(name)}")
+        if raw is not None:
+            self._forget(raw)
 
     def _register(self, name: str, source: object, kind: str) -> None:
         from dpkit.engine._aggregation import _literal, _quote
@@ -388,7 +477,8 @@ class DuckDBBackend:
         from dpkit.engine._aggregation import _literal, _quote
 
         schema = self.schema(name)
-        temporal = [c for c, info in schema.items() if info.type.startswith(("TIMESTAMP", "TIME", "DATE", "INTERVAL"))]
+        words = ("TIMESTAMP", "TIME", "DATE", "INTERVAL")  # (also inside a STRUCT, a LIST or a MAP)
+        temporal = [c for c, info in schema.items() if any(word in info.type for word in words)]
         if not temporal:
             return
         probe = duckdb.connect(":memory:")

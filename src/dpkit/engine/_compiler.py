@@ -453,6 +453,17 @@ class SelectionNoise:
         self.count = count
         self.mode = mode
         self.name = "Exponential"
+        try:  # built here, before any debit: an epsilon too small for its score grid is refused now
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PrivacyWarning)
+                Exponential(sensitivity, epsilon, candidates=[0.0, 1.0])
+        except InternalError:
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                f"is too small for an exponential mechanism of sensitivity {sensitivity} (a quantile's or an "
+                "automatic bound's share): give a larger epsilon, or less weight to the other aggregates",
+            ) from None
 
     @property
     def epsilon_spent(self) -> Fraction:

@@ -35,6 +35,7 @@ from dpkit.engine._aggregation import (
     view_steps,
 )
 from dpkit.engine._csv import TypedCsv, duckdb_select, spark_frame
+from dpkit.engine._plan import canonical
 from dpkit.engine._spark_sql import check_spark_keys, duck_column_type, spark_semantics
 
 __all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
@@ -94,16 +95,18 @@ def _collect(rows: list[tuple[Any, ...]], plan: AggregationPlan) -> AggregationR
     if plan.histogram is not None:
         index: dict[tuple[Any, ...], int] = {}
         histograms: list[dict[int, int]] = []
+        keys: list[tuple[Any, ...]] = []
         for row in rows:
             key = tuple(row[:width])
-            if key not in index:
-                index[key] = len(histograms)
+            if canonical(key) not in index:  # (each NaN DuckDB returns is a new object)
+                index[canonical(key)] = len(histograms)
                 histograms.append({})
-            histograms[index[key]][int(row[width])] = int(row[width + 1])
-        return AggregationResult(list(index), {}, histograms)
+                keys.append(key)
+            histograms[index[canonical(key)]][int(row[width])] = int(row[width + 1])
+        return AggregationResult(keys, {}, histograms)
     names = ["rows", "persons"] + [f"m{i}" for i in range(len(plan.moments))]
     columns: dict[str, list[int]] = {name: [] for name in names}
-    keys = []
+    keys = []  # (one row per group: no lookup here)
     for row in rows:
         keys.append(tuple(row[:width]))
         for name, value in zip(names, row[width:], strict=True):
@@ -325,6 +328,9 @@ class DuckDBBackend:
             # mix with the caller's output, e.g. ``dpkit query --json``).
             connection.execute("SET enable_progress_bar = true")
             connection.execute("SET enable_progress_bar_print = false")
+            # TIMESTAMP WITH TIME ZONE values are read (hour(ts), CAST(ts AS DATE), their text) in
+            # UTC, whatever the host's zone: the same query keeps the same rows on every machine.
+            connection.execute("SET TimeZone = 'UTC'")
         self._connection = connection
         #: table name (case-folded) -> the name its source is registered under, where the table is a
         #: view over it (see ``_register_canonical``)
@@ -584,6 +590,11 @@ class DuckDBBackend:
         return None if value < 0 else min(1.0, value / 100.0)
 
 
+#: Spark settings while dpkit's queries run (the caller's are restored after): ANSI mode off (see
+#: ``render_sql``), and dates and times with a zone read in UTC, as DuckDB's TimeZone is set.
+_SPARK_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+
+
 class SparkBackend:
     """Apache Spark through pyspark: the same bounded aggregation, transpiled to Spark SQL.
 
@@ -743,10 +754,12 @@ class SparkBackend:
 
     def _run_steps(self, steps: list[tuple[str, str, bool]], final: str, *, execute: bool) -> list[Any]:
         """Register each step as a view (cached and computed when ``execute``), then run the final query
-        (``execute``) or only analyse it; ANSI mode off throughout, as the query runs. Needs the lock."""
+        (``execute``) or only analyse it; ``_SPARK_SETTINGS`` throughout (ANSI mode off, UTC), as the
+        query runs. Needs the lock."""
         views: list[str] = []
-        previous = self._spark.conf.get("spark.sql.ansi.enabled", None)
-        self._spark.conf.set("spark.sql.ansi.enabled", "false")
+        previous = {key: self._spark.conf.get(key, None) for key in _SPARK_SETTINGS}
+        for key, value in _SPARK_SETTINGS.items():
+            self._spark.conf.set(key, value)
         try:
             for view, text, cache in steps:
                 frame = self._spark.sql(text)
@@ -759,10 +772,11 @@ class SparkBackend:
         finally:
             for view in views:
                 self._spark.catalog.dropTempView(view)  # also uncaches it
-            if previous is None:
-                self._spark.conf.unset("spark.sql.ansi.enabled")
-            else:
-                self._spark.conf.set("spark.sql.ansi.enabled", previous)
+            for key, value in previous.items():
+                if value is None:
+                    self._spark.conf.unset(key)
+                else:
+                    self._spark.conf.set(key, value)
 
     def check(self, plan: AggregationPlan) -> None:
         """Analyse ``plan`` without running it (Spark plans lazily); raises on schema errors.

@@ -27,7 +27,7 @@ from dpkit.engine._compiler import (
     histogram_plan,
     log2_candidates,
 )
-from dpkit.engine._plan import AUTO, level_label
+from dpkit.engine._plan import AUTO, canonical, level_label
 from dpkit.mechanisms import DiscreteGaussian
 from dpkit.noise import RandomSource
 
@@ -148,9 +148,9 @@ def _quantiles(
 
 
 def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) -> list[int]:
-    index = {key: i for i, key in enumerate(result.keys)}
+    index = {canonical(key): i for i, key in enumerate(result.keys)}
     values = result.columns[column]
-    return [values[index[key]] if key in index else 0 for key in keys]
+    return [values[index[canonical(key)]] if canonical(key) in index else 0 for key in keys]
 
 
 def dry_run(compiled: CompiledQuery, backend: Backend) -> None:
@@ -251,7 +251,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         low, high = bounds[column]
         plan = histogram_plan(compiled, statistic, (low, high), salt)
         histogram = backend.run(plan)
-        index = {key: i for i, key in enumerate(histogram.keys)}
+        index = {canonical(key): i for i, key in enumerate(histogram.keys)}
         mechanism = compiled.mechanism(statistic, max(len(keys), 1))
         assert isinstance(mechanism, SelectionNoise)
         edges = [low + (high - low) * j / QUANTILE_BINS for j in range(QUANTILE_BINS + 1)]
@@ -261,8 +261,9 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         # Groups in blocks, so that the weights (QUANTILE_BINS floats per group) stay small.
         for start in range(0, len(keys), _QUANTILE_BLOCK):
             block = keys[start : start + _QUANTILE_BLOCK]
+            found = [index.get(canonical(key)) for key in block]
             weights = _bin_weights(
-                [histogram.histogram[index[key]] if key in index and histogram.histogram else {} for key in block]
+                [histogram.histogram[i] if i is not None and histogram.histogram else {} for i in found]
             )
             for level, drawn in zip(levels, _quantiles(mechanism, edges, weights, levels, rng), strict=True):
                 values[f"{statistic.key}@{level}"] += drawn

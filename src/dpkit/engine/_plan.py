@@ -40,17 +40,20 @@ NUMERIC_KINDS = frozenset({"sum", "mean", "variance", "stddev", "quantiles"})
 AUTO = "auto"
 
 
+def canonical(value: Any) -> Any:
+    """``value`` (a key or a tuple of them) as a dict key equal where the engines see equal values:
+    every float NaN is one value (two NaN objects are different dict keys in Python)."""
+    if isinstance(value, tuple):
+        return tuple(canonical(v) for v in value)
+    return ("<nan>",) if isinstance(value, float) and math.isnan(value) else value
+
+
 def distinct(values: Sequence[Any]) -> list[Any]:
     """``values`` without repeats as the engines compare them, first occurrence kept, order kept.
 
     Like ``dict.fromkeys`` (so 0.0 and -0.0 are one value), except that every float NaN (in a
     tuple too) is one value, as NaN equals NaN in DuckDB and Spark comparisons.
     """
-
-    def canonical(value: Any) -> Any:
-        if isinstance(value, tuple):
-            return tuple(canonical(v) for v in value)
-        return ("<nan>",) if isinstance(value, float) and math.isnan(value) else value
 
     first: dict[Any, Any] = {}
     for value in values:

@@ -51,3 +51,18 @@ def test_a_share_too_small_for_the_exponential_mechanism_is_refused_before_the_d
     with pytest.raises(InvalidParameterError, match="too small for an exponential mechanism"):
         session.release(median, epsilon=1e-13)
     assert session.remaining == dpkit.PureDP(10) and len(session.ledger.entries()) == 0
+
+
+@pytest.mark.parametrize(
+    ("accuracy", "match"),
+    [(1e308, "cannot be met for 'n'"), ({"n": 5, "nn": 1}, "names no aggregate")],
+)
+def test_accuracy_targets_that_cannot_be_met_or_name_nothing_are_refused(accuracy, match):
+    frame = pd.DataFrame({"p": range(50), "x": np.linspace(0, 100, 50)})
+    session = E.Session.from_pandas(frame, privacy_unit="p", budget=dpkit.PureDP(10))
+    query = session.table().agg(n=E.count())
+    with pytest.raises(InvalidParameterError, match=match):
+        session.release(query, accuracy=accuracy)
+    with pytest.raises(InvalidParameterError, match="must be 0 with a pure-DP budget"):
+        session.release(query, accuracy=5.0, delta=1e-6)
+    assert len(session.ledger.entries()) == 0

@@ -129,7 +129,13 @@ def parse_request(
         if epsilon is not None or rho is not None:
             raise InvalidParameterError("accuracy", accuracy, "give either accuracy or epsilon/rho, not both")
         if isinstance(budget, ZCDP | ApproxZCDP) or mechanism == "gaussian":
-            raise InvalidParameterError("accuracy", accuracy, "accuracy targets use Laplace noise (pure DP budgets)")
+            raise InvalidParameterError(
+                "accuracy",
+                accuracy,
+                "accuracy targets use Laplace noise: zCDP budgets and mechanism='gaussian' take none",
+            )
+        if isinstance(budget, PureDP) and dlt > 0:
+            raise InvalidParameterError("delta", delta, "must be 0 with a pure-DP budget")
         if isinstance(accuracy, Mapping):
             targets = {str(k): check_positive(f"accuracy[{k!r}]", v) for k, v in accuracy.items()}
             return Request("laplace", None, dlt, None, targets, level)
@@ -909,6 +915,11 @@ def _accuracy_shares(
     targets = request.accuracy
     shares: dict[str, Fraction] = {}
     by_statistic: dict[str, tuple[str, float]] = {}
+    if isinstance(targets, dict):
+        unknown = sorted(set(targets) - {name for name, _ in query.aggregates})
+        if unknown:
+            names = ", ".join(name for name, _ in query.aggregates)
+            raise InvalidParameterError("accuracy", targets, f"names no aggregate: {unknown} (aggregates: {names})")
     for name, aggregate in query.aggregates:
         if aggregate.kind not in ("count", "count_distinct", "sum"):
             raise InvalidParameterError(
@@ -920,38 +931,56 @@ def _accuracy_shares(
         key = _statistics_for(aggregate, None)[0]
         previous = by_statistic.get(key)
         by_statistic[key] = (name, target if previous is None else min(previous[1], target))
+    for key, (name, target) in by_statistic.items():
+        try:
+            shares[key] = _accuracy_epsilon(key, target, query, request, contribution, groups_bound, resolved)
+        except (OverflowError, ValueError) as error:  # (InvalidParameterError included: about epsilon)
+            raise InvalidParameterError(
+                "accuracy", target, f"cannot be met for {name!r}: no epsilon gives that noise ({error})"
+            ) from None
+    return shares
+
+
+def _accuracy_epsilon(
+    key: str,
+    target: float,
+    query: Query,
+    request: Request,
+    contribution: Contribution,
+    groups_bound: int,
+    resolved: Mapping[str, tuple[float, float] | str],
+) -> Fraction:
+    """The epsilon of statistic ``key`` whose noise interval is ``target`` wide (Laplace)."""
     dimension = len(query.keys) if query.keys is not None else 1
     k, g = contribution.rows_per_group, groups_bound
-    for key, (_, target) in by_statistic.items():
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", PrivacyWarning)
-            if key in ("rows", "persons"):
-                sensitivity = g * (k if key == "rows" else 1)
-                epsilon = DiscreteLaplace.from_accuracy(target, request.alpha, sensitivity=sensitivity).epsilon
-            else:
-                column = key.split(":")[1]
-                given = resolved[column]
-                if not isinstance(given, tuple):  # pragma: no cover - refused above
-                    raise InternalError("accuracy targets need explicit bounds")
-                low, high = given
-                stub = CompiledQuery(
-                    query,
-                    request,
-                    None,
-                    contribution,
-                    groups_bound,
-                    resolved,
-                    (),
-                    {},
-                    None,
-                    Fraction(0),
-                    Fraction(0),
-                    PureDP(1),
-                )
-                l1, _ = stub.sensitivity(Statistic(key, column, 1.0), (low, high))
-                epsilon = Laplace.from_accuracy(l1, target, request.alpha, dimension=dimension).epsilon
-        shares[key] = as_fraction(epsilon)
-    return shares
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        if key in ("rows", "persons"):
+            sensitivity = g * (k if key == "rows" else 1)
+            epsilon = DiscreteLaplace.from_accuracy(target, request.alpha, sensitivity=sensitivity).epsilon
+        else:
+            column = key.split(":")[1]
+            given = resolved[column]
+            if not isinstance(given, tuple):  # pragma: no cover - refused above
+                raise InternalError("accuracy targets need explicit bounds")
+            low, high = given
+            stub = CompiledQuery(
+                query,
+                request,
+                None,
+                contribution,
+                groups_bound,
+                resolved,
+                (),
+                {},
+                None,
+                Fraction(0),
+                Fraction(0),
+                PureDP(1),
+            )
+            l1, _ = stub.sensitivity(Statistic(key, column, 1.0), (low, high))
+            epsilon = Laplace.from_accuracy(l1, target, request.alpha, dimension=dimension).epsilon
+    return as_fraction(epsilon)
 
 
 def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:

@@ -343,3 +343,25 @@ def test_released_sums_past_two_to_the_63_do_not_wrap_on_spark(spark):
         else:
             spark.conf.set("spark.sql.ansi.enabled", previous)
     assert int(row[0]) == 2 * top
+
+
+def test_row_level_public_keys_come_back_as_ranks_on_spark(spark):
+    """Row-level public keys are returned by rank on both engines; two keys equal to the engine
+    (a date and a datetime on a TIMESTAMP column) hold each row once."""
+    frame = pd.DataFrame(
+        {
+            "pid": range(6),
+            "day": pd.to_datetime(["2020-01-01"] * 4 + ["2020-01-02"] * 2),
+            "x": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
+        }
+    )
+    duck, on_spark = _pair(spark, frame, privacy_unit=None)
+    keys = [
+        datetime.date(2020, 1, 1),
+        datetime.datetime(2020, 1, 1),
+        datetime.date(2020, 1, 2),
+        datetime.date(2020, 1, 3),
+    ]
+    rows = _same(duck, on_spark, lambda t: t.group_by("day", keys=keys).agg(n=E.count(), s=E.sum("x", bounds=(0, 10))))
+    assert sum(row[1] for row in rows) == 6
+    assert [row[0][0] for row in rows if row[0][0] == datetime.date(2020, 1, 2)] == [datetime.date(2020, 1, 2)]

@@ -165,11 +165,13 @@ class AggregationPlan:
     def indexed_keys(self) -> bool:
         """Whether the group index list is the public keys as a VALUES list (see ``_render_bounded``).
 
-        Needs a person column (the row-level path groups directly) and, for every group column, a
-        key value that is not NULL (it fixes the type of the key list's column). Otherwise the list
-        is built in SQL from the groups present (private keys, or public keys filtered by value).
+        Needs, for every group column, a key value that is not NULL (it fixes the type of the key
+        list's column). Otherwise the list is built in SQL from the groups present (private keys, or
+        public keys filtered by value). Either path then returns each group's rank, never the value
+        the engine read: a key the engine matches (a date on a TIMESTAMP column, 0.1 on a DECIMAL, a
+        UUID's text) is released under the key as given, whatever Python's equality says.
         """
-        if self.person is None or not self.groups or not self.keys:
+        if not self.groups or not self.keys:
             return False
         return all(any(key[i] is not None for key in self.keys) for i in range(len(self.groups)))
 
@@ -383,7 +385,7 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
     conditions = [f"TRY({w})" for w in plan.where]
     # Indexed public keys are filtered by the join to their list (below); the conditions are only
     # written where they are used (a key list can be long).
-    keep = _key_filter(plan) if person is None or not plan.indexed_keys else []
+    keep = [] if plan.indexed_keys else _key_filter(plan)
     having = (" HAVING " + " AND ".join(keep)) if keep else ""
     if person is not None:
         conditions.insert(0, f"{person} IS NOT NULL")  # rows without a person are dropped (documented)
@@ -392,8 +394,10 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
 
     if person is None:
         # One row per person: every weight is 1 and each row is in one group.
-        outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons"]
-        outputs += [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        sums = [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        if plan.indexed_keys:
+            return _render_row_level_indexed(plan, base, groups, key_table)
+        outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons", *sums]
         by = groups[:]
         if plan.histogram is not None:
             outputs = [*groups, "__b", f"COUNT(*) * {2**Histogram.WEIGHT_BITS} AS w"]
@@ -402,6 +406,53 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
         return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
 
     return _render_bounded(plan, base, groups, keep, key_table)
+
+
+def _render_row_level_indexed(plan: AggregationPlan, base: str, groups: list[str], key_table: str | None) -> str:
+    """The row-level path with indexed public keys: each group's rank first, then its aggregates.
+
+    The rows are aggregated by value first; each distinct value then joins the key list and keeps
+    only the matching key of lowest rank. Two keys the engine compares equal (a date and a
+    datetime on a TIMESTAMP column, a UUID's text in two cases) thus never count one row twice:
+    every row is in at most one released group, as the row-level sensitivity requires.
+    """
+    histogram = plan.histogram is not None
+    values = [*groups, *(["__b"] if histogram else [])]
+    sums = [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS __s{i}" for i in range(len(plan.moments))]
+    hits = ", ".join(f"__vals.{name}" for name in values)
+    carried = ["__n", *(f"__s{i}" for i in range(len(plan.moments)))]
+    ctes = [
+        f"__base AS ({base})",
+        _key_list(plan, key_table),
+        f"__vals AS (SELECT {', '.join([*values, 'COUNT(*) AS __n', *sums])} FROM __base GROUP BY {', '.join(values)})",
+        f"__hit AS (SELECT {hits}, {', '.join(f'__vals.{c}' for c in carried)}, __kv.__ki, "
+        f"MIN(__kv.__ki) OVER (PARTITION BY {', '.join(f'__vals.{g}' for g in groups)}) AS __first "
+        f"FROM __vals JOIN __kv ON {_key_match('__vals', groups)})",
+    ]
+    if histogram:
+        outputs = ["__ki", "__b", f"SUM(__n) * {2**Histogram.WEIGHT_BITS} AS w"]
+        by = "__ki, __b"
+    else:
+        outputs = ["__ki", "SUM(__n) AS rows", "SUM(__n) AS persons"]
+        outputs += [f"CAST(SUM(__s{i}) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        by = "__ki"
+    return f"WITH {', '.join(ctes)} SELECT {', '.join(outputs)} FROM __hit WHERE __ki = __first GROUP BY {by}"
+
+
+def _key_list(plan: AggregationPlan, key_table: str | None) -> str:
+    """The CTE ``__kv(__k0, ..., __ki)``: the indexed public keys, each with its rank in ``key_order``."""
+    names = [*(f"__k{i}" for i in range(len(plan.groups))), "__ki"]
+    if key_table is not None:
+        return f"__kv AS (SELECT {', '.join(names)} FROM {_quote(key_table)})"
+    literals = ", ".join(
+        "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
+    )
+    return f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join(names)}))"
+
+
+def _key_match(rows: str, groups: list[str]) -> str:
+    """The join condition of ``rows``' group aliases to the key list ``__kv`` (NULL matches NULL)."""
+    return " AND ".join(f"{rows}.{name} IS NOT DISTINCT FROM __kv.__k{i}" for i, name in enumerate(groups))
 
 
 def _encoded(names: list[str]) -> str:
@@ -444,14 +495,8 @@ def _render_bounded(
     if not groups:
         base = f"SELECT __pid, 0 AS __ki{''.join(', ' + v for v in values)} FROM __raw"
     else:
-        if plan.indexed_keys and key_table is not None:
-            ctes.append(f"__kv AS (SELECT {', '.join([*key_names, '__ki'])} FROM {_quote(key_table)})")
-        elif plan.indexed_keys:
-            literals = ", ".join(
-                "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")"
-                for rank, key in enumerate(plan.key_order)
-            )
-            ctes.append(f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join([*key_names, '__ki'])}))")
+        if plan.indexed_keys:
+            ctes.append(_key_list(plan, key_table))
         else:
             encoded = _encoded(groups)
             present = f"SELECT DISTINCT {', '.join(groups)} FROM __raw" + (
@@ -463,11 +508,8 @@ def _render_bounded(
                 f"md5(concat({_literal(plan.salt)}, {encoded})), {encoded}) - 1 AS INTEGER) AS __ki "
                 f"FROM ({present}) AS __present)"
             )
-        match = " AND ".join(
-            f"__raw.{name} IS NOT DISTINCT FROM __kv.{key}" for name, key in zip(groups, key_names, strict=True)
-        )
         carried = ", ".join(["__raw.__pid", "__kv.__ki", *(f"__raw.{v}" for v in values)])
-        base = f"SELECT {carried} FROM __raw JOIN __kv ON {match}"
+        base = f"SELECT {carried} FROM __raw JOIN __kv ON {_key_match('__raw', groups)}"
     ctes.append(f"__base AS NOT MATERIALIZED ({base})")
 
     if plan.histogram is None:

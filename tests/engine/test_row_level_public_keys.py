@@ -1,0 +1,91 @@
+"""Row-level privacy (no person column) with public group keys.
+
+Before the fix the row-level path returned each group's value as DuckDB read it and looked the public
+keys up in those values by Python equality: a key DuckDB matched but Python did not equal (a date on
+a TIMESTAMP column, 0.1 on a DECIMAL, a UUID's text) was released as noise around 0 while its rows
+were counted. Now both paths return each group's rank in the key list, and a row matching two keys
+that the engine compares equal is counted once (the row-level sensitivity holds).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import decimal
+import uuid
+
+import pyarrow as pa
+import pytest
+from engine_fixtures import exact_aggregates
+
+import dpkit
+from dpkit import engine as E
+from dpkit.engine._compiler import compile_query, histogram_plan, parse_request
+from dpkit.noise import InsecureSeededRandom
+
+UTC = dt.UTC
+TOKEN = uuid.UUID(int=10)
+CASES = {
+    "timestamp-date-key": (pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us")), [dt.date(2020, 1, 1)]),
+    "decimal-float-key": (pa.array([decimal.Decimal("0.10")] * 3, pa.decimal128(10, 2)), [0.1]),
+    "zoned-naive-key": (
+        pa.array([dt.datetime(2020, 1, 1, tzinfo=UTC)] * 3, pa.timestamp("us", tz="UTC")),
+        [dt.datetime(2020, 1, 1)],
+    ),
+    "uuid-text-key": (
+        pa.ExtensionArray.from_storage(pa.uuid(), pa.array([TOKEN.bytes] * 3, pa.binary(16))),
+        [str(TOKEN).upper()],
+    ),
+}
+
+
+def _session(column: pa.Array, unit: str | None) -> E.Session:
+    table = pa.table({"p": [1, 2, 3], "c": column, "x": [1.0, 2.0, 4.0]})
+    return E.Session.from_arrow(table, name="t", privacy_unit=unit, budget=dpkit.ApproxDP(1e9, 1e-3))
+
+
+@pytest.mark.parametrize("unit", ["p", None])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_key_the_engine_matches_is_released_under_the_key_as_given(case, unit):
+    column, keys = CASES[case]
+    session = _session(column, unit)
+    query = session.table().group_by("c", keys=keys)
+    query = (query.bound(3, 1) if unit else query).agg(n=E.count(), total=E.sum("x", bounds=(0, 10)))
+    result = session.release(query, epsilon=1e8, rng=InsecureSeededRandom(0))
+    assert result.columns["c"] == keys
+    assert round(result.columns["n"][0]) == 3
+    assert round(result.columns["total"][0]) == 7
+
+
+@pytest.mark.parametrize(
+    ("column", "keys"),
+    [
+        (pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us")), [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1)]),
+        (
+            pa.ExtensionArray.from_storage(pa.uuid(), pa.array([TOKEN.bytes] * 3, pa.binary(16))),
+            [str(TOKEN), str(TOKEN).upper()],
+        ),
+        (pa.array([decimal.Decimal("0.10")] * 3, pa.decimal128(10, 2)), [0.1, decimal.Decimal("0.1")]),
+    ],
+    ids=["date-and-datetime", "uuid-cases", "float-and-decimal"],
+)
+def test_a_row_is_counted_under_one_key_when_two_keys_are_equal_to_the_engine(column, keys):
+    """Counted under both keys, one row would move two released counts: sensitivity 2, not 1."""
+    session = _session(column, None)
+    query = session.table().group_by("c", keys=keys).agg(n=E.count())
+    _, result = exact_aggregates(session, query)
+    assert sum(result.columns["rows"]) == 3
+    assert len(result.keys) == 1  # the key of lowest rank in the salted order holds both rows
+
+
+def test_row_level_histograms_over_public_keys_count_each_row_once():
+    column = pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us"))
+    session = _session(column, None)
+    keys = [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1), dt.date(2021, 1, 1)]
+    query = session.table().group_by("c", keys=keys).agg(m=E.median("x", bounds=(0, 8)))
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
+    statistic = next(s for s in compiled.statistics if s.kind == "hist")
+    result = session._backend.run(histogram_plan(compiled, statistic, (0.0, 8.0), "salt"))
+    assert result.histogram is not None
+    weights = [sum(h.values()) for h in result.histogram]
+    assert len(weights) == 1
+    assert weights[0] == 3 * 2**E._aggregation.Histogram.WEIGHT_BITS

@@ -249,3 +249,49 @@ def test_zoned_timestamps_are_read_in_utc_whatever_the_host_zone(zone):
     env = {**os.environ, "TZ": zone}
     output = subprocess.run([sys.executable, "-c", _ZONED], env=env, capture_output=True, text=True, check=True)
     assert output.stdout.strip() == "[1, 2, 2]"
+
+
+UNSIGNED = pa.table(
+    {
+        "p": [1, 2, 3, 4],
+        "age": pa.array([255, 7, 0, 30], pa.uint8()),
+        "n16": pa.array([65535, 1, 0, 2], pa.uint16()),
+        "n32": pa.array([2**32 - 1, 1, 0, 2], pa.uint32()),
+        "n64": pa.array([2**63, 1, 0, 5], pa.uint64()),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("condition", "kept"),
+    [
+        ("age + 1 > 0", 4),
+        ("-age < 0", 3),
+        ("age - 10 < 0", 2),
+        ("n16 + 1 > 65535", 1),
+        ("n32 * 2 > 2", 2),
+        ("n64 * 2 > 1", 3),
+        ("-n64 <= 0", 4),
+    ],
+)
+@pytest.mark.parametrize("source", ["arrow", "parquet"])
+def test_unsigned_arithmetic_in_a_filter_keeps_its_rows(condition, kept, source, tmp_path):
+    """DuckDB kept UTINYINT through ``age + 1``: 255 + 1 overflowed, TRY made it NULL, the row was dropped."""
+    if source == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(UNSIGNED, tmp_path / "t.parquet")
+        session = E.Session.from_parquet(
+            tmp_path / "t.parquet", name="t", privacy_unit="p", budget=dpkit.ApproxDP(1e9, 1e-3)
+        )
+    else:
+        session = E.Session.from_arrow(UNSIGNED, name="t", privacy_unit="p", budget=dpkit.ApproxDP(1e9, 1e-3))
+    assert [session.columns[c].type for c in ("age", "n16", "n32", "n64")] == [
+        "SMALLINT",
+        "INTEGER",
+        "BIGINT",
+        "DECIMAL(20,0)",
+    ]
+    query = session.table().where(condition).bound(1, 1).agg(n=E.count())
+    result = session.release(query, epsilon=1e8, rng=InsecureSeededRandom(0))
+    assert round(result.columns["n"][0]) == kept

@@ -127,6 +127,8 @@ _DUCKDB_INTEGER = (
     "UHUGEINT",
 )
 _DUCKDB_REAL = ("FLOAT", "DOUBLE", "REAL", "DECIMAL")
+#: Unsigned integer types and the signed type each is read as (Spark's reading of them too).
+_DUCKDB_WIDER = {"UTINYINT": "SMALLINT", "USMALLINT": "INTEGER", "UINTEGER": "BIGINT", "UBIGINT": "DECIMAL(20, 0)"}
 
 
 #: Instants DuckDB's TIMESTAMP holds, in microseconds since 1970 (years -288,000 to 294,000, inside
@@ -356,25 +358,35 @@ class DuckDBBackend:
             self._forget(staging)
 
     def _register_canonical(self, name: str, source: object, kind: str) -> None:
-        """:meth:`_register`, with INTERVAL columns in one canonical form (a number of microseconds).
+        """:meth:`_register`, with INTERVAL and unsigned integer columns read in one canonical form.
 
-        DuckDB holds an interval as months, days and microseconds, and compares them normalised
-        ('1 day' = '24:00:00', '1 month' = '30 days') but shows each row's own form: a group of
-        equal intervals would show (and its salted rank would hash) the form of whichever row came
-        first, so one person's row could reorder every group. pandas also gives days where Arrow
-        gives microseconds. An interval beyond the microsecond range (about 292,000 years) is NULL.
+        INTERVAL: a number of microseconds. DuckDB holds an interval as months, days and
+        microseconds, and compares them normalised ('1 day' = '24:00:00', '1 month' = '30 days')
+        but shows each row's own form: a group of equal intervals would show (and its salted rank
+        would hash) the form of whichever row came first, so one person's row could reorder every
+        group. pandas also gives days where Arrow gives microseconds. An interval beyond the
+        microsecond range (about 292,000 years) is NULL.
+
+        Unsigned integers: the next signed type that holds them (UTINYINT as SMALLINT, ..., UBIGINT
+        as DECIMAL(20, 0)), as Spark reads them. DuckDB keeps an unsigned type through arithmetic,
+        so ``age + 1`` on 255 or ``-age`` overflowed, and the condition's TRY silently dropped the row.
         """
         from dpkit.engine._aggregation import _quote
 
         self._register(name, source, kind)
-        intervals = [column for column, info in self.schema(name).items() if info.type == "INTERVAL"]
-        if not intervals:
+        replaced = {}
+        for column, info in self.schema(name).items():
+            if info.type == "INTERVAL":
+                replaced[column] = f"TRY(to_microseconds(epoch_us({_quote(column)})))"
+            elif info.type in _DUCKDB_WIDER:
+                replaced[column] = f"CAST({_quote(column)} AS {_DUCKDB_WIDER[info.type]})"
+        if not replaced:
             return
         raw = f"__dpkit_raw_{uuid.uuid4().hex}"
         self._forget(name)
         self._register(raw, source, kind)
         self._raw[name.casefold()] = raw
-        canonical = ", ".join(f"TRY(to_microseconds(epoch_us({_quote(c)}))) AS {_quote(c)}" for c in intervals)
+        canonical = ", ".join(f"{expression} AS {_quote(column)}" for column, expression in replaced.items())
         self._connection.execute(
             f"CREATE TEMP VIEW {_quote(name)} AS SELECT * REPLACE ({canonical}) FROM {_quote(raw)}"
         )

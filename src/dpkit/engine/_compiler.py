@@ -592,13 +592,16 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
 def _schema_spelling(query: Query, context: CompileContext) -> Query:
     """``query`` with its group, aggregate and join columns spelled as the schema spells them
     (``SUM(income)`` on a column ``Income``), so that bounds, keys and results use one name."""
+    table = spelling_resolver(list(context.public_tables))
+    joins = tuple(Join(table(j.table), j.on) for j in query.joins)
     names = list(context.columns)
-    for join in query.joins:
+    for join in joins:
         names += [n for n in context.public_tables.get(join.table, {}) if n not in context.columns]
     resolve = spelling_resolver(names)
+    private = spelling_resolver(list(context.columns))  # a join column is the private table's
     return dataclasses.replace(
         query,
-        joins=tuple(Join(j.table, tuple(resolve(c) for c in j.on)) for j in query.joins),
+        joins=tuple(Join(j.table, tuple(private(c) for c in j.on)) for j in joins),
         group_by=tuple(Bin(resolve(g.column), g.edges) if isinstance(g, Bin) else resolve(g) for g in query.group_by),
         aggregates=tuple(
             (name, a if a.column is None else dataclasses.replace(a, column=resolve(a.column)))
@@ -625,19 +628,34 @@ def _check_output_names(query: Query) -> None:
 
 def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
     available = dict(context.columns)
-    ambiguous: dict[str, str] = {}  # column -> lookup table sharing it (not a join key)
+    # Column names compared without case, as DuckDB and Spark compare identifiers.
+    ambiguous: dict[str, str] = {}  # case-folded column -> lookup table sharing it (not a join key)
+    joined: set[str] = set()
     for join in query.joins:
         if join.table not in context.public_tables:
             raise InvalidParameterError(
                 "join", join.table, f"must be a public lookup table; registered: {sorted(context.public_tables)}"
             )
+        if join.table.casefold() in joined:
+            raise InvalidParameterError("join", join.table, "a public table may be joined once")
+        joined.add(join.table.casefold())
         lookup = context.public_tables[join.table]
+        theirs_spelling = spelling_resolver(list(lookup))
+        if len({c.casefold() for c in join.on}) < len(join.on):
+            raise InvalidParameterError("on", list(join.on), "names a column twice")
         for column in join.on:
-            if column not in available or column not in lookup:
+            if column.casefold() in ambiguous:
+                raise InvalidParameterError(
+                    "on",
+                    column,
+                    f"is a column of both {context.table!r} and the lookup table {ambiguous[column.casefold()]!r}; "
+                    "rename it in the lookup table",
+                )
+            if column not in available or theirs_spelling(column) not in lookup:
                 raise InvalidParameterError(
                     "on", column, f"must be a column of both {context.table!r} and {join.table!r}"
                 )
-            ours, theirs = available[column].type, lookup[column].type
+            ours, theirs = available[column].type, lookup[theirs_spelling(column)].type
             if ours.lower() != theirs.lower():
                 # The engine would insert a cast outside the filter's TRY: a private value that
                 # fails it would make the query fail, revealing that row.
@@ -647,20 +665,24 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                     f"is {ours} in {context.table!r} but {theirs} in {join.table!r}: a join needs the same "
                     "type on both sides (cast the lookup table's column)",
                 )
+        folded = {name.casefold() for name in available}
+        keys = {column.casefold() for column in join.on}
         for name, info in lookup.items():
-            if name in available and name not in join.on:
-                ambiguous[name] = join.table
+            if name.casefold() in keys:
+                continue  # (the join column: one column after USING)
+            if name.casefold() in folded:
+                ambiguous[name.casefold()] = join.table
             available.setdefault(name, info)
 
     resolve = spelling_resolver(list(available))
 
     def need(column: str, what: str) -> ColumnInfo:
         column = resolve(column)
-        if column in ambiguous:
+        if column.casefold() in ambiguous:
             raise InvalidParameterError(
                 what,
                 column,
-                f"is a column of both {context.table!r} and the lookup table {ambiguous[column]!r}; "
+                f"is a column of both {context.table!r} and the lookup table {ambiguous[column.casefold()]!r}; "
                 "rename it in the lookup table",
             )
         if column not in available:

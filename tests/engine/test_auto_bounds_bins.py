@@ -66,3 +66,27 @@ def test_accuracy_targets_that_cannot_be_met_or_name_nothing_are_refused(accurac
     with pytest.raises(InvalidParameterError, match="must be 0 with a pure-DP budget"):
         session.release(query, accuracy=5.0, delta=1e-6)
     assert len(session.ledger.entries()) == 0
+
+
+@pytest.mark.parametrize(("keys", "reached"), [(None, 1), (["a", "b"], 2), (["a", "b", "c", "d", "e"], 4)])
+def test_automatic_bounds_keep_the_rows_of_the_groups_a_person_can_reach(keys, reached):
+    """The auto histogram kept k x groups_per_person rows per person (and had that sensitivity) even
+    when the query reaches fewer groups: with groups_per_person=1000 and no GROUP BY, 1000 x the noise."""
+    from dpkit.engine._compiler import compile_query, histogram_plan, parse_request
+
+    frame = pd.DataFrame({"pid": np.repeat(np.arange(20), 30), "g": list("abcde") * 120, "x": np.arange(600.0)})
+    session = E.Session.from_pandas(frame, privacy_unit="pid", budget=dpkit.PureDP(10))
+    query = session.table()
+    if keys is not None:
+        query = query.group_by("g", keys=keys)
+    query = query.bound(rows_per_group=2, groups_per_person=4).agg(t=E.sum("x", bounds="auto"))
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
+    auto = next(s for s in compiled.statistics if s.kind == "auto")
+    assert compiled._k_g(auto) == (2 * reached, 1)
+    result = session._backend.run(histogram_plan(compiled, auto, None, "salt"))
+    assert result.histogram is not None
+    weight = sum(result.histogram[0].values()) / 2**E._aggregation.Histogram.WEIGHT_BITS
+    assert weight == 20 * 2 * reached  # every person has 30 rows: each keeps exactly the cap
+    released = session.release(query, epsilon=1.0, rng=InsecureSeededRandom(0))
+    split = next(e for e in released.budget_split if "automatic" in e["statistic"])
+    assert split["sensitivity"] == pytest.approx(2 * reached, rel=1e-3)

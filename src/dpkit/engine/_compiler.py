@@ -209,8 +209,8 @@ class CompiledQuery:
 
     def _k_g(self, statistic: Statistic) -> tuple[int, int]:
         k, g = self.contribution.rows_per_group, self.groups_bound
-        if statistic.kind == "auto":
-            return k * self.contribution.groups_per_person, 1
+        if statistic.kind == "auto":  # one ungrouped histogram: the rows a person adds to the g groups it reaches
+            return k * g, 1
         return k, g
 
     def moment(self, statistic: Statistic, bounds: tuple[float, float]) -> Moment:
@@ -1038,13 +1038,14 @@ def histogram_plan(
     column = statistic.column or ""
     if statistic.kind == "auto":
         histogram = Histogram(statistic.key, column, 0.0, 1.0, 2 * _LOG2_BINS + 1, 0.0, log2=True)
-        limits = compiled.contribution
+        # k rows in each of the groups_bound groups a person can reach (1 without GROUP BY): the
+        # cap in the SQL is the sensitivity of CompiledQuery._k_g.
         return _plan(
             compiled,
             salt,
             groups=(),
             keys=None,
-            rows_per_group=limits.rows_per_group * limits.groups_per_person,
+            rows_per_group=compiled.contribution.rows_per_group * compiled.groups_bound,
             groups_per_person=1,
             histogram=histogram,
         )

@@ -295,3 +295,43 @@ def test_unsigned_arithmetic_in_a_filter_keeps_its_rows(condition, kept, source,
     query = session.table().where(condition).bound(1, 1).agg(n=E.count())
     result = session.release(query, epsilon=1e8, rng=InsecureSeededRandom(0))
     assert round(result.columns["n"][0]) == kept
+
+
+@pytest.mark.parametrize(
+    ("column", "match"),
+    [
+        (pa.array([1.0, 2.0], pa.float16()), "float16"),
+        (pa.array([1, 2], pa.decimal256(50, 1)), "decimal128"),
+        (pa.array([[1.0], []], pa.list_(pa.float16())), "float16"),
+    ],
+    ids=["float16", "decimal256", "list-of-float16"],
+)
+def test_arrow_types_duckdb_cannot_read_are_refused_naming_the_column(column, match):
+    """The message was DuckDB's "Unsupported Internal Arrow Type e", with no column named."""
+    with pytest.raises(InvalidParameterError, match=f"column 'x'.*{match}"):
+        E.Session.from_arrow(pa.table({"p": [1, 2], "x": column}), privacy_unit="p", budget=dpkit.PureDP(1))
+
+
+def test_type_text_keeps_enum_labels_and_empty_results_keep_column_types():
+    """ENUM('low', 'High') was reported as ENUM('HIGH', 'LOW'); an empty result typed ENUM, UUID, BLOB,
+    TIME and INTERVAL key columns as null."""
+    import pandas as pd
+
+    frame = pd.DataFrame(
+        {
+            "p": [1, 2, 3],
+            "c": pd.Categorical(["low", "High", None]),
+            "t": [dt.time(1)] * 3,
+            "b": [b"x"] * 3,
+            "u": [TOKEN] * 3,
+            "i": [dt.timedelta(1)] * 3,
+        }
+    )
+    session = E.Session.from_pandas(frame, name="t", privacy_unit="p", budget=dpkit.ApproxDP(100, 1e-3))
+    assert session.columns["c"].type == "ENUM('High', 'low')"
+    expected = {"c": pa.string(), "t": pa.time64("us"), "b": pa.binary(), "u": pa.uuid(), "i": pa.duration("us")}
+    for column, kind in expected.items():
+        query = session.table().where("p > 100").group_by(column).agg(n=E.count())
+        result = session.release(query, epsilon=1.0, delta=1e-6, rng=InsecureSeededRandom(0))
+        assert len(result) == 0
+        assert result.to_arrow().schema.field(column).type == kind

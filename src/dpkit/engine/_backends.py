@@ -314,6 +314,26 @@ def _keep_in_lists_inside_try(connection: Any) -> None:
         connection.execute(f"SET disabled_optimizers = '{','.join([*names, 'in_clause'])}'")
 
 
+def _refuse_unreadable_arrow_types(table: Any) -> None:
+    """Refuse, naming the column, an Arrow type DuckDB cannot read (half floats, 256-bit decimals)."""
+    import pyarrow as pa
+
+    def unreadable(kind: Any) -> str | None:
+        if pa.types.is_float16(kind):
+            return "float16 (half precision), which DuckDB cannot read: cast it to float32"
+        if pa.types.is_decimal256(kind):
+            return f"{kind} (a 256-bit decimal), which DuckDB cannot read: cast it to decimal128 (precision <= 38)"
+        inner = [kind.field(i).type for i in range(kind.num_fields)] if hasattr(kind, "num_fields") else []
+        inner += [getattr(kind, name) for name in ("value_type", "index_type") if hasattr(kind, name)]
+        return next((reason for reason in map(unreadable, inner) if reason), None)
+
+    schema = getattr(table, "schema", None)
+    for field in schema if isinstance(schema, pa.Schema) else []:
+        reason = unreadable(field.type)
+        if reason is not None:
+            raise InvalidParameterError("source", f"column {field.name!r}", f"is {reason}")
+
+
 class DuckDBBackend:
     """DuckDB, embedded: Parquet, CSV, pandas, Polars or Arrow in; the aggregation runs as SQL inside DuckDB.
 
@@ -427,6 +447,8 @@ class DuckDBBackend:
             if kind == "parquet":
                 self._refuse_unreadable_times(name, path)
         elif kind in ("pandas", "arrow", "polars"):
+            if kind == "arrow":
+                _refuse_unreadable_arrow_types(source)
             self._connection.register(name, _within_duckdb_ranges(source, kind))
             if kind == "pandas":
                 self._refuse_mixed_objects(name, source)
@@ -525,11 +547,13 @@ class DuckDBBackend:
         rows = self._connection.execute(f"DESCRIBE SELECT * FROM {_quote(name)}").fetchall()
         result = {}
         for row in rows:
-            column, kind = str(row[0]), str(row[1]).upper()
+            # DuckDB writes type names in capitals; ENUM labels and STRUCT field names keep their own case.
+            column, text = str(row[0]), str(row[1])
+            kind = text.upper()
             # (only scalars: BIGINT[] and STRUCT(a BIGINT) start with a numeric type's name too)
             scalar = not kind.endswith("]") and not kind.startswith(("STRUCT", "MAP", "UNION"))
             integer = scalar and kind.split("(")[0] in _DUCKDB_INTEGER
-            result[column] = ColumnInfo(column, kind, integer or (scalar and kind.startswith(_DUCKDB_REAL)), integer)
+            result[column] = ColumnInfo(column, text, integer or (scalar and kind.startswith(_DUCKDB_REAL)), integer)
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:

@@ -111,8 +111,16 @@ def _arrow_type(sql_type: str) -> Any:
     kind = sql_type.strip().upper()
     if kind in _ARROW_TYPES:
         return getattr(pa, _ARROW_TYPES[kind])()
-    if kind.startswith(("VARCHAR", "CHAR")):
+    if kind.startswith(("VARCHAR", "CHAR", "ENUM(")):
         return pa.string()
+    if kind in ("BLOB", "BYTEA", "BINARY", "VARBINARY"):
+        return pa.binary()
+    if kind == "UUID":
+        return pa.uuid()
+    if kind == "TIME":
+        return pa.time64("us")
+    if kind == "INTERVAL":
+        return pa.duration("us")
     if kind.startswith(("DECIMAL", "NUMERIC")) and "(" in kind:
         precision, _, scale = kind[kind.index("(") + 1 : kind.rindex(")")].partition(",")
         return pa.decimal128(int(precision), int(scale or 0))

@@ -524,7 +524,8 @@ def _open(
         raise InvalidParameterError(
             parameter,
             shown,
-            f"the {backend.name} backend cannot open it as a {kind} table ({type(error).__name__}: {reason}); "
+            f"the {backend.name} backend cannot open it as {'an' if kind[0] in 'aeiou' else 'a'} {kind} table "
+            f"({type(error).__name__}: {reason}); "
             "give a Parquet or CSV path, or a pandas / Arrow / Polars frame",
         ) from None
 

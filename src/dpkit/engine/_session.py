@@ -227,7 +227,12 @@ class Session:
 
     @classmethod
     def from_pandas(cls, frame: Any, *, name: str = "data", **options: Any) -> Session:
-        """Use a pandas DataFrame as the private table."""
+        """Use a pandas DataFrame as the private table.
+
+        The frame is read where it is, not copied (no second copy in memory): leave it unchanged
+        while the session is open. Its object columns are checked once, here; a value written into
+        one later that DuckDB cannot read as the column's type would fail a release after its debit.
+        """
         return cls(frame, "pandas", name=name, **options)
 
     @classmethod

@@ -9,17 +9,18 @@ that the engine compares equal is counted once (the row-level sensitivity holds)
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import decimal
 import uuid
 
 import pyarrow as pa
 import pytest
-from engine_fixtures import exact_aggregates
 
 import dpkit
 from dpkit import engine as E
-from dpkit.engine._compiler import compile_query, histogram_plan, parse_request
+from dpkit._errors import InvalidParameterError
+from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
 from dpkit.noise import InsecureSeededRandom
 
 UTC = dt.UTC
@@ -68,23 +69,47 @@ def test_a_key_the_engine_matches_is_released_under_the_key_as_given(case, unit)
     ],
     ids=["date-and-datetime", "uuid-cases", "float-and-decimal"],
 )
-def test_a_row_is_counted_under_one_key_when_two_keys_are_equal_to_the_engine(column, keys):
-    """Counted under both keys, one row would move two released counts: sensitivity 2, not 1."""
+def test_keys_the_engine_sees_as_one_value_are_refused_before_the_debit(column, keys):
+    """Counted under both keys, one row would move two released counts (row level: sensitivity 2, not 1)."""
+    for unit in ("p", None):
+        session = _session(column, unit)
+        before = session.remaining
+        with pytest.raises(InvalidParameterError, match="compares these as one value"):
+            session.release(session.table().group_by("c", keys=keys).agg(n=E.count()), epsilon=1.0)
+        assert session.remaining == before
+
+
+@pytest.mark.parametrize(
+    ("column", "keys"),
+    [
+        (pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us")), [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1)]),
+        (
+            pa.ExtensionArray.from_storage(pa.uuid(), pa.array([TOKEN.bytes] * 3, pa.binary(16))),
+            [str(TOKEN), str(TOKEN).upper()],
+        ),
+    ],
+    ids=["date-and-datetime", "uuid-cases"],
+)
+def test_the_row_level_sql_counts_a_row_under_one_key_even_given_two_equal_keys(column, keys):
+    """The SQL holds on its own, whatever the compiler lets through: each value joins one key."""
     session = _session(column, None)
-    query = session.table().group_by("c", keys=keys).agg(n=E.count())
-    _, result = exact_aggregates(session, query)
+    query = session.table().group_by("c", keys=keys[:1]).agg(n=E.count())
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
+    plan = dataclasses.replace(aggregation_plan(compiled, {}, "salt"), keys=tuple((k,) for k in keys))
+    result = session._backend.run(plan)
     assert sum(result.columns["rows"]) == 3
-    assert len(result.keys) == 1  # the key of lowest rank in the salted order holds both rows
+    assert len(result.keys) == 1  # the key of lowest rank in the salted order holds the rows
 
 
 def test_row_level_histograms_over_public_keys_count_each_row_once():
     column = pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us"))
     session = _session(column, None)
     keys = [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1), dt.date(2021, 1, 1)]
-    query = session.table().group_by("c", keys=keys).agg(m=E.median("x", bounds=(0, 8)))
+    query = session.table().group_by("c", keys=keys[2:]).agg(m=E.median("x", bounds=(0, 8)))
     compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0))
     statistic = next(s for s in compiled.statistics if s.kind == "hist")
-    result = session._backend.run(histogram_plan(compiled, statistic, (0.0, 8.0), "salt"))
+    plan = histogram_plan(compiled, statistic, (0.0, 8.0), "salt")
+    result = session._backend.run(dataclasses.replace(plan, keys=tuple((k,) for k in keys)))
     assert result.histogram is not None
     weights = [sum(h.values()) for h in result.histogram]
     assert len(weights) == 1

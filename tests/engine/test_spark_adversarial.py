@@ -346,8 +346,8 @@ def test_released_sums_past_two_to_the_63_do_not_wrap_on_spark(spark):
 
 
 def test_row_level_public_keys_come_back_as_ranks_on_spark(spark):
-    """Row-level public keys are returned by rank on both engines; two keys equal to the engine
-    (a date and a datetime on a TIMESTAMP column) hold each row once."""
+    """Row-level public keys are returned by rank on both engines (date keys on a TIMESTAMP column
+    were looked up by Python equality in the values read back, and released as 0)."""
     frame = pd.DataFrame(
         {
             "pid": range(6),
@@ -356,12 +356,6 @@ def test_row_level_public_keys_come_back_as_ranks_on_spark(spark):
         }
     )
     duck, on_spark = _pair(spark, frame, privacy_unit=None)
-    keys = [
-        datetime.date(2020, 1, 1),
-        datetime.datetime(2020, 1, 1),
-        datetime.date(2020, 1, 2),
-        datetime.date(2020, 1, 3),
-    ]
+    keys = [datetime.date(2020, 1, 1), datetime.date(2020, 1, 2), datetime.date(2020, 1, 3)]
     rows = _same(duck, on_spark, lambda t: t.group_by("day", keys=keys).agg(n=E.count(), s=E.sum("x", bounds=(0, 10))))
-    assert sum(row[1] for row in rows) == 6
-    assert [row[0][0] for row in rows if row[0][0] == datetime.date(2020, 1, 2)] == [datetime.date(2020, 1, 2)]
+    assert {row[0][0]: row[1] for row in rows} == {datetime.date(2020, 1, 1): 4, datetime.date(2020, 1, 2): 2}

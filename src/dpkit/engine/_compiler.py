@@ -53,7 +53,9 @@ from dpkit.engine._plan import (
     Contribution,
     Join,
     Query,
+    canonical,
     check_bounds_pair,
+    distinct,
     output_columns,
     spelling_resolver,
 )
@@ -589,6 +591,50 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
             raise InvalidParameterError("keys", value, f"column {column!r} is UUID: a key must be {names}")
 
 
+def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
+    """A public key as the engine compares it with column ``info`` (for finding keys it sees as one).
+
+    UUID text in any case is one UUID; a date on a TIMESTAMP column is its midnight; a naive
+    datetime on a TIMESTAMP WITH TIME ZONE column is in UTC (the session's zone); a DECIMAL key is
+    compared as a float when some key of the column is a float, else exactly.
+    """
+    import uuid as uuid_module
+
+    kind = info.type.upper()
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return canonical(value)
+    if kind == "UUID":
+        return uuid_module.UUID(str(value))
+    if kind.startswith("TIMESTAMP") and isinstance(value, datetime.date):
+        if not isinstance(value, datetime.datetime):
+            value = datetime.datetime.combine(value, datetime.time())
+        if "TIME ZONE" in kind or kind == "TIMESTAMPTZ":
+            zone = datetime.UTC
+            value = value.replace(tzinfo=zone) if value.tzinfo is None else value.astimezone(zone)
+        return value
+    if kind.startswith("DECIMAL") and isinstance(value, decimal.Decimal | float | int):
+        return float(value) if floats else decimal.Decimal(value)
+    return value
+
+
+def _check_key_collisions(query: Query, infos: list[ColumnInfo]) -> None:
+    """Refuse two public keys the engine sees as one value (a row would join both: counted twice)."""
+    if query.keys is None:
+        return
+    floats = [any(isinstance(key[i], float) for key in query.keys) for i in range(len(infos))]
+    first: dict[Any, Any] = {}
+    for key in distinct(list(query.keys)):
+        seen = tuple(_engine_value(info, v, f) for info, v, f in zip(infos, key, floats, strict=True))
+        if seen in first:
+            columns = ", ".join(repr(info.name) for info in infos)
+            raise InvalidParameterError(
+                "keys",
+                [first[seen], key] if len(infos) > 1 else [first[seen][0], key[0]],
+                f"the engine compares these as one value of {columns}: give each key once",
+            )
+        first[seen] = key
+
+
 def _schema_spelling(query: Query, context: CompileContext) -> Query:
     """``query`` with its group, aggregate and join columns spelled as the schema spells them
     (``SUM(income)`` on a column ``Income``), so that bounds, keys and results use one name."""
@@ -703,6 +749,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         types = {name: info.type for name, info in available.items()}
         types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
         check_filter_types(tree, condition, types)
+    infos: list[ColumnInfo] = []
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
         if any(marker in info.type.upper() for marker in ("STRUCT", "MAP", "[]", "LIST", "ARRAY", "UNION")):
@@ -713,6 +760,9 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
         if not isinstance(group, Bin) and query.keys is not None:
             _check_key_types(group, info, [key[position] for key in query.keys])
+        infos.append(info)
+    if query.keys is not None and not any(isinstance(g, Bin) for g in query.group_by):
+        _check_key_collisions(query, infos)
     for name, aggregate in query.aggregates:
         if aggregate.column is not None:
             info = need(aggregate.column, name)

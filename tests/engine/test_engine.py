@@ -914,7 +914,12 @@ def test_a_long_key_list_arrow_cannot_type_falls_back_to_values():
 
     from dpkit.engine._backends import DuckDBBackend
 
-    plan = SimpleNamespace(indexed_keys=True, groups=("tag",), key_order=tuple([(i,) for i in range(300)] + [("x",)]))
+    plan = SimpleNamespace(
+        indexed_keys=True,
+        null_key_columns=frozenset(),
+        groups=("tag",),
+        key_order=tuple([(i,) for i in range(300)] + [("x",)]),
+    )
     with DuckDBBackend()._key_table(plan) as name:  # type: ignore[arg-type]
         assert name is None
 

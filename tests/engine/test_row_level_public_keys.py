@@ -114,3 +114,33 @@ def test_row_level_histograms_over_public_keys_count_each_row_once():
     weights = [sum(h.values()) for h in result.histogram]
     assert len(weights) == 1
     assert weights[0] == 3 * 2**E._aggregation.Histogram.WEIGHT_BITS
+
+
+@pytest.mark.parametrize("unit", ["p", None])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_key_column_of_nulls_alone_does_not_turn_off_the_ranks(case, unit):
+    """With every key of one column NULL, keys were looked up by Python equality again (released 0)."""
+    column, keys = CASES[case]
+    table = pa.table({"p": [1, 2, 3], "a": pa.array([None] * 3, pa.string()), "c": column, "x": [1.0, 2.0, 4.0]})
+    session = E.Session.from_arrow(table, name="t", privacy_unit=unit, budget=dpkit.ApproxDP(1e9, 1e-3))
+    query = session.table().group_by("a", "c", keys=[(None, keys[0])])
+    query = (query.bound(3, 1) if unit else query).agg(n=E.count())
+    result = session.release(query, epsilon=1e8, rng=InsecureSeededRandom(0))
+    assert result.columns["c"] == [keys[0]]
+    assert round(result.columns["n"][0]) == 3
+
+
+@pytest.mark.parametrize("unit", ["p", None])
+def test_a_long_key_list_mixing_dates_and_datetimes_keeps_each_key(unit):
+    """Above 256 keys the list went through Arrow, typed by its first key: a date first made the
+    column DATE and cut every datetime key to its day (the 12:00 key counted the midnight rows)."""
+    noon = dt.datetime(2020, 1, 2, 12)
+    rows = [dt.datetime(2020, 1, 2)] * 3 + [noon] * 2
+    table = pa.table({"p": range(5), "c": pa.array(rows, pa.timestamp("us")), "x": [1.0] * 5})
+    session = E.Session.from_arrow(table, name="t", privacy_unit=unit, budget=dpkit.ApproxDP(1e12, 1e-3))
+    keys = [dt.date(2000, 1, 1) + dt.timedelta(days=i) for i in range(300)] + [noon]
+    for seed in range(5):  # (the salted order, so the first key, changes with every release)
+        query = session.table().group_by("c", keys=keys)
+        query = (query.bound(1, 1) if unit else query).agg(n=E.count())
+        result = session.release(query, epsilon=1e8, rng=InsecureSeededRandom(seed))
+        assert round(dict(zip(result.columns["c"], result.columns["n"], strict=True))[noon]) == 2

@@ -165,15 +165,19 @@ class AggregationPlan:
     def indexed_keys(self) -> bool:
         """Whether the group index list is the public keys as a VALUES list (see ``_render_bounded``).
 
-        Needs, for every group column, a key value that is not NULL (it fixes the type of the key
-        list's column). Otherwise the list is built in SQL from the groups present (private keys, or
-        public keys filtered by value). Either path then returns each group's rank, never the value
-        the engine read: a key the engine matches (a date on a TIMESTAMP column, 0.1 on a DECIMAL, a
-        UUID's text) is released under the key as given, whatever Python's equality says.
+        Always, given public keys; otherwise (private keys) the list is built in SQL from the groups
+        present. Either path returns each group's rank, never the value the engine read: a key the
+        engine matches (a date on a TIMESTAMP column, 0.1 on a DECIMAL, a UUID's text) is released
+        under the key as given, whatever Python's equality says.
         """
-        if not self.groups or not self.keys:
-            return False
-        return all(any(key[i] is not None for key in self.keys) for i in range(len(self.groups)))
+        return bool(self.groups) and bool(self.keys)
+
+    @property
+    def null_key_columns(self) -> frozenset[int]:
+        """Positions of the group columns whose public keys are all NULL (matched by IS NULL: a
+        list column of NULLs alone would have no type to compare with)."""
+        keys = self.keys or ()
+        return frozenset(i for i in range(len(self.groups)) if keys and all(key[i] is None for key in keys))
 
     @functools.cached_property
     def key_order(self) -> tuple[tuple[Any, ...], ...]:
@@ -335,7 +339,16 @@ def key_table_columns(plan: AggregationPlan) -> dict[str, list[Any]] | None:
     """
     if not plan.indexed_keys or len(plan.key_order) <= KEY_TABLE_THRESHOLD:
         return None
-    columns: dict[str, list[Any]] = {f"__k{i}": [key[i] for key in plan.key_order] for i in range(len(plan.groups))}
+    columns: dict[str, list[Any]] = {}
+    for i in range(len(plan.groups)):
+        if i in plan.null_key_columns:
+            continue
+        values = [key[i] for key in plan.key_order]
+        if len({type(v) for v in values if v is not None}) > 1:
+            # Mixed kinds (a date among datetimes): Arrow would type the column from the first
+            # key and silently cut the others (every datetime to its day); VALUES unifies as SQL does.
+            return None
+        columns[f"__k{i}"] = values
     columns["__ki"] = list(range(len(plan.key_order)))
     return columns
 
@@ -427,7 +440,7 @@ def _render_row_level_indexed(plan: AggregationPlan, base: str, groups: list[str
         f"__vals AS (SELECT {', '.join([*values, 'COUNT(*) AS __n', *sums])} FROM __base GROUP BY {', '.join(values)})",
         f"__hit AS (SELECT {hits}, {', '.join(f'__vals.{c}' for c in carried)}, __kv.__ki, "
         f"MIN(__kv.__ki) OVER (PARTITION BY {', '.join(f'__vals.{g}' for g in groups)}) AS __first "
-        f"FROM __vals JOIN __kv ON {_key_match('__vals', groups)})",
+        f"FROM __vals JOIN __kv ON {_key_match(plan, '__vals', groups)})",
     ]
     if histogram:
         outputs = ["__ki", "__b", f"SUM(__n) * {2**Histogram.WEIGHT_BITS} AS w"]
@@ -442,17 +455,21 @@ def _render_row_level_indexed(plan: AggregationPlan, base: str, groups: list[str
 def _key_list(plan: AggregationPlan, key_table: str | None) -> str:
     """The CTE ``__kv(__k0, ..., __ki)``: the indexed public keys, each with its rank in ``key_order``."""
     names = [*(f"__k{i}" for i in range(len(plan.groups))), "__ki"]
-    if key_table is not None:
-        return f"__kv AS (SELECT {', '.join(names)} FROM {_quote(key_table)})"
+    if key_table is not None:  # (a column of NULL keys alone is not in the table: never compared)
+        read = [f"NULL AS {n}" if n[3:].isdigit() and int(n[3:]) in plan.null_key_columns else n for n in names]
+        return f"__kv AS (SELECT {', '.join(read)} FROM {_quote(key_table)})"
     literals = ", ".join(
         "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
     )
     return f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join(names)}))"
 
 
-def _key_match(rows: str, groups: list[str]) -> str:
+def _key_match(plan: AggregationPlan, rows: str, groups: list[str]) -> str:
     """The join condition of ``rows``' group aliases to the key list ``__kv`` (NULL matches NULL)."""
-    return " AND ".join(f"{rows}.{name} IS NOT DISTINCT FROM __kv.__k{i}" for i, name in enumerate(groups))
+    return " AND ".join(
+        f"{rows}.{name} IS NULL" if i in plan.null_key_columns else f"{rows}.{name} IS NOT DISTINCT FROM __kv.__k{i}"
+        for i, name in enumerate(groups)
+    )
 
 
 def _encoded(names: list[str]) -> str:
@@ -509,7 +526,7 @@ def _render_bounded(
                 f"FROM ({present}) AS __present)"
             )
         carried = ", ".join(["__raw.__pid", "__kv.__ki", *(f"__raw.{v}" for v in values)])
-        base = f"SELECT {carried} FROM __raw JOIN __kv ON {_key_match('__raw', groups)}"
+        base = f"SELECT {carried} FROM __raw JOIN __kv ON {_key_match(plan, '__raw', groups)}"
     ctes.append(f"__base AS NOT MATERIALIZED ({base})")
 
     if plan.histogram is None:

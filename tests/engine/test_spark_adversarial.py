@@ -359,3 +359,25 @@ def test_row_level_public_keys_come_back_as_ranks_on_spark(spark):
     keys = [datetime.date(2020, 1, 1), datetime.date(2020, 1, 2), datetime.date(2020, 1, 3)]
     rows = _same(duck, on_spark, lambda t: t.group_by("day", keys=keys).agg(n=E.count(), s=E.sum("x", bounds=(0, 10))))
     assert {row[0][0]: row[1] for row in rows} == {datetime.date(2020, 1, 1): 4, datetime.date(2020, 1, 2): 2}
+
+
+def test_conditions_keep_their_parentheses_on_spark(spark):
+    """TRY(a) AND TRY(b OR c) lost its TRYs for Spark and became a AND b OR c: rows failing the first
+    condition (and rows without a person) were counted whenever the OR held."""
+    frame = pd.DataFrame(
+        {
+            "pid": [1.0, 2.0, 3.0, 4.0, None, None],
+            "gb": [True, False, False, None, True, True],
+            "gi": [1, 2, 3, 4, 1, 1],
+            "x": [1.0, 2.0, None, 100.0, 1.0, None],
+        }
+    )
+    duck, on_spark = _pair(spark, frame)
+    rows = _same(
+        duck,
+        on_spark,
+        lambda t: t.where("gb").where("x IS NULL OR x < 50").group_by("gi", keys=[1, 2, 3, 4]).agg(n=E.count()),
+    )
+    assert rows == [((1,), 1, 1)]
+    rows = _same(duck, on_spark, lambda t: t.where("x IS NULL OR x < 50").group_by("gi", keys=[1]).agg(n=E.count()))
+    assert rows == [((1,), 1, 1)]  # (the rows without a person are left out)

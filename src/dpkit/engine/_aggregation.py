@@ -623,8 +623,9 @@ def _foreign_tree(sql: str, rewrite: Any = None) -> exp.Expression:
     if rewrite is not None:
         tree = rewrite(tree)
     # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
-    # cast or an overflow gives NULL (see SparkBackend.run).
-    return tree.transform(lambda node: node.this if isinstance(node, sqlglot.exp.Try) else node)
+    # cast or an overflow gives NULL (see SparkBackend.run). The argument keeps its parentheses:
+    # TRY(a) AND TRY(b OR c) is a AND (b OR c), never a AND b OR c.
+    return tree.transform(lambda node: exp.Paren(this=node.this) if isinstance(node, exp.Try) else node)
 
 
 def _without_hints(tree: exp.Expression, dialect: str) -> str:

@@ -14,6 +14,7 @@ import datetime as dt
 import decimal
 import uuid
 
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -66,8 +67,26 @@ def test_a_key_the_engine_matches_is_released_under_the_key_as_given(case, unit)
             [str(TOKEN), str(TOKEN).upper()],
         ),
         (pa.array([decimal.Decimal("0.10")] * 3, pa.decimal128(10, 2)), [0.1, decimal.Decimal("0.1")]),
+        (pa.array([dt.date(2020, 1, 1)] * 3, pa.date32()), [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1)]),
+        (
+            pa.array([dt.datetime(2020, 1, 1, 12)] * 3, pa.timestamp("us")),
+            [dt.datetime(2020, 1, 1, 12), dt.datetime(2020, 1, 1, 13, tzinfo=dt.timezone(dt.timedelta(hours=1)))],
+        ),
+        (pa.array([2.0**53] * 3), [2**53 + 1, 2.0**53]),
+        (
+            pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us")),
+            [dt.datetime(2020, 1, 1), pd.Timestamp("2020-01-01 00:00:00.000000001")],
+        ),
     ],
-    ids=["date-and-datetime", "uuid-cases", "float-and-decimal"],
+    ids=[
+        "date-and-datetime",
+        "uuid-cases",
+        "float-and-decimal",
+        "date-column",
+        "naive-and-aware",
+        "int-and-double",
+        "nanoseconds",
+    ],
 )
 def test_keys_the_engine_sees_as_one_value_are_refused_before_the_debit(column, keys):
     """Counted under both keys, one row would move two released counts (row level: sensitivity 2, not 1)."""

@@ -594,9 +594,10 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
 def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
     """A public key as the engine compares it with column ``info`` (for finding keys it sees as one).
 
-    UUID text in any case is one UUID; a date on a TIMESTAMP column is its midnight; a naive
-    datetime on a TIMESTAMP WITH TIME ZONE column is in UTC (the session's zone); a DECIMAL key is
-    compared as a float when some key of the column is a float, else exactly.
+    UUID text in any case is one UUID; on a DATE or TIMESTAMP column a date is its midnight, a
+    time is cut to the microsecond, and a naive and an aware time are compared in UTC (the
+    session's zone); a DOUBLE or FLOAT key is a double (2**53 + 1 is 2.0**53); a DECIMAL key is
+    compared as a double when some key of the column is a float, else exactly.
     """
     import uuid as uuid_module
 
@@ -605,13 +606,19 @@ def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
         return canonical(value)
     if kind == "UUID":
         return uuid_module.UUID(str(value))
-    if kind.startswith("TIMESTAMP") and isinstance(value, datetime.date):
+    if kind.startswith(("TIMESTAMP", "DATE")) and isinstance(value, datetime.date):
         if not isinstance(value, datetime.datetime):
-            value = datetime.datetime.combine(value, datetime.time())
-        if "TIME ZONE" in kind or kind == "TIMESTAMPTZ":
-            zone = datetime.UTC
-            value = value.replace(tzinfo=zone) if value.tzinfo is None else value.astimezone(zone)
+            return datetime.datetime.combine(value, datetime.time())
+        to_python = getattr(value, "to_pydatetime", None)  # (a pandas Timestamp: nanoseconds cut)
+        if to_python is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                value = to_python()
+        if value.tzinfo is not None:
+            value = value.astimezone(datetime.UTC).replace(tzinfo=None)
         return value
+    if kind.startswith(("DOUBLE", "FLOAT", "REAL")) and isinstance(value, float | int):
+        return float(value)
     if kind.startswith("DECIMAL") and isinstance(value, decimal.Decimal | float | int):
         return float(value) if floats else decimal.Decimal(value)
     return value

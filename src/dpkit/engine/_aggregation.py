@@ -245,6 +245,14 @@ def _literal(value: Any) -> str:
     return exp.convert(value).sql(dialect="duckdb")
 
 
+def _key_literal(value: Any) -> str:
+    """A public key as a literal of the list ``__kv``: a float is a DOUBLE (a plain 0.5 would be a
+    DECIMAL(2, 1), and comparing a wide DECIMAL column in that type overflows on large values)."""
+    if type(value) is float and math.isfinite(value):
+        return f"CAST('{value!r}' AS DOUBLE)"
+    return _literal(value)
+
+
 def _quote(name: str) -> str:
     return exp.to_identifier(name, quoted=True).sql(dialect="duckdb")  # type: ignore[no-untyped-call]
 
@@ -459,7 +467,7 @@ def _key_list(plan: AggregationPlan, key_table: str | None) -> str:
         read = [f"NULL AS {n}" if n[3:].isdigit() and int(n[3:]) in plan.null_key_columns else n for n in names]
         return f"__kv AS (SELECT {', '.join(read)} FROM {_quote(key_table)})"
     literals = ", ".join(
-        "(" + ", ".join([*(_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
+        "(" + ", ".join([*(_key_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
     )
     return f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join(names)}))"
 

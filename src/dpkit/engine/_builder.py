@@ -18,6 +18,7 @@ import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import sqlglot
 from sqlglot import exp
 
@@ -210,7 +211,14 @@ def _normalise_keys(group_by: tuple[GroupKey, ...], keys: object) -> tuple[tuple
         result = tuple(distinct(result))
     if not result:
         raise InvalidParameterError("keys", keys, "must contain at least one key")
+    if any(isinstance(v, np.bool_ | np.integer | np.floating) for key in result for v in key):
+        # NumPy scalars as Python's (np.float32(0.1) was written as the literal 0.1, a key it is not)
+        result = tuple(distinct([tuple(_python_scalar(v) for v in key) for key in result]))
     return result
+
+
+def _python_scalar(value: Any) -> Any:
+    return value.item() if isinstance(value, np.bool_ | np.integer | np.floating) else value
 
 
 class QueryBuilder:

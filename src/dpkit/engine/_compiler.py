@@ -589,6 +589,65 @@ def _check_key_types(column: str, info: ColumnInfo, values: list[Any]) -> None:
             )
         if uuid and _UUID.fullmatch(str(value)) is None:
             raise InvalidParameterError("keys", value, f"column {column!r} is UUID: a key must be {names}")
+        problem = _key_outside_type(info, value)
+        if problem is not None:
+            raise InvalidParameterError("keys", value, f"column {column!r} is {info.type}: {problem}")
+
+
+#: The instants a TIMESTAMP_NS column holds (64-bit nanoseconds since 1970).
+_NS_RANGE = (
+    datetime.datetime(1677, 9, 21, 0, 12, 43, 145225),
+    datetime.datetime(2262, 4, 11, 23, 47, 16, 854775),
+)
+
+
+def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
+    """Why a key of the right Python type still cannot be compared with the column, or None.
+
+    The engine compares a key and a column in a type holding both; a key that widens it (more
+    decimal places than a DECIMAL column, a datetime on a DATE column) makes the engine cast the
+    *column* there, which fails on large or far values: after the debit, and only if such a row
+    exists. A key past the column type's range fails when the first row reaches it.
+    """
+    kind = info.type.upper()
+    if isinstance(value, str) and not _encodes(value):
+        return "a text key must be valid Unicode (it holds a lone surrogate)"
+    if isinstance(value, decimal.Decimal):
+        if not value.is_finite():
+            return "a decimal key must be finite"
+        if len(value.as_tuple().digits) > 38:
+            return "a decimal key has at most 38 digits"
+    decimal_column = kind.startswith(("DECIMAL", "NUMERIC"))
+    if isinstance(value, int) and abs(value) >= 2**63 and info.numeric and not info.integer and not decimal_column:
+        return "an int key beyond 64 bits cannot be compared with it (write it as a float or a Decimal)"
+    if decimal_column and "(" in kind and isinstance(value, int | decimal.Decimal):
+        precision, _, scale_text = kind[kind.index("(") + 1 : kind.rindex(")")].partition(",")
+        scale = int(scale_text or 0)
+        exact = decimal.Decimal(value)
+        _, digits, exponent = exact.normalize().as_tuple()
+        places = max(0, -int(exponent)) if exact else 0
+        whole = max(0, len(digits) + int(exponent)) if exact else 0
+        if places > scale or whole > int(precision) - scale:
+            return "the key has more decimal places or digits than the type holds (it can be no value of the column)"
+    if kind == "DATE" and isinstance(value, datetime.datetime):
+        return "use datetime.date keys (a datetime would make the engine read every date as a timestamp)"
+    if kind == "TIMESTAMP_NS" and isinstance(value, datetime.date):
+        instant = value if isinstance(value, datetime.datetime) else datetime.datetime.combine(value, datetime.time())
+        if instant.tzinfo is not None:
+            instant = instant.astimezone(datetime.UTC).replace(tzinfo=None)
+        if not _NS_RANGE[0] <= instant <= _NS_RANGE[1]:
+            return "a key must lie between 1677-09-21 and 2262-04-11 (the nanosecond timestamp range)"
+    if kind in ("TIME", "TIME_NS") and isinstance(value, datetime.time) and value.tzinfo is not None:
+        return "use time keys without a time zone"
+    return None
+
+
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:

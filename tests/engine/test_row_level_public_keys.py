@@ -183,6 +183,7 @@ FAR_DAY = pa.array([365 * 1_000_000, 18262], pa.int32()).cast(pa.date32())  # ye
         (pa.array([dt.time(1)] * 2, pa.time64("us")), dt.time(1, tzinfo=dt.UTC), "without a time zone"),
         (pa.array([0.5, 1.0]), 10**29, "beyond 64 bits"),
         (pa.array(["a", "b"]), "\ud800", "Unicode"),
+        (pa.array([1, 2], pa.int64()), 2**127, "2\\*\\*127"),
     ],
     ids=[
         "scale-0",
@@ -194,6 +195,7 @@ FAR_DAY = pa.array([365 * 1_000_000, 18262], pa.int32()).cast(pa.date32())  # ye
         "aware-time",
         "huge-int",
         "surrogate",
+        "past-128-bits",
     ],
 )
 def test_a_key_the_column_type_cannot_hold_is_refused_before_the_debit(column, key, match):

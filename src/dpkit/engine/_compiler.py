@@ -617,6 +617,8 @@ def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
             return "a decimal key must be finite"
         if len(value.as_tuple().digits) > 38:
             return "a decimal key has at most 38 digits"
+    if isinstance(value, int) and not -(2**127) < value < 2**127:
+        return "an int key must lie strictly between -2**127 and 2**127 (the engines' widest integer)"
     decimal_column = kind.startswith(("DECIMAL", "NUMERIC"))
     if isinstance(value, int) and abs(value) >= 2**63 and info.numeric and not info.integer and not decimal_column:
         return "an int key beyond 64 bits cannot be compared with it (write it as a float or a Decimal)"

@@ -250,6 +250,8 @@ def _key_literal(value: Any) -> str:
     DECIMAL(2, 1), and comparing a wide DECIMAL column in that type overflows on large values)."""
     if type(value) is float and math.isfinite(value):
         return f"CAST('{value!r}' AS DOUBLE)"
+    if getattr(value, "nanosecond", 0):  # a pandas Timestamp finer than a microsecond (naive: checked)
+        return f"CAST('{value.isoformat(sep=' ')}' AS TIMESTAMP_NS)"
     return _literal(value)
 
 
@@ -352,6 +354,8 @@ def key_table_columns(plan: AggregationPlan) -> dict[str, list[Any]] | None:
         if i in plan.null_key_columns:
             continue
         values = [key[i] for key in plan.key_order]
+        if any(getattr(v, "nanosecond", 0) for v in values):
+            return None  # (nanosecond keys: typed as such in VALUES, see _key_literal)
         if len({type(v) for v in values if v is not None}) > 1:
             # Mixed kinds (a date among datetimes): Arrow would type the column from the first
             # key and silently cut the others (every datetime to its day); VALUES unifies as SQL does.

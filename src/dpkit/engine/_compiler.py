@@ -631,6 +631,9 @@ def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
         whole = max(0, len(digits) + int(exponent)) if exact else 0
         if places > scale or whole > int(precision) - scale:
             return "the key has more decimal places or digits than the type holds (it can be no value of the column)"
+    if isinstance(value, datetime.datetime) and int(getattr(value, "nanosecond", 0)):
+        if kind != "TIMESTAMP_NS" or value.tzinfo is not None:
+            return "the key has nanoseconds, finer than the column holds (a naive key on a TIMESTAMP_NS column can)"
     if kind == "DATE" and isinstance(value, datetime.datetime):
         return "use datetime.date keys (a datetime would make the engine read every date as a timestamp)"
     if kind == "TIMESTAMP_NS" and isinstance(value, datetime.date):
@@ -670,6 +673,11 @@ def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
     if kind.startswith(("TIMESTAMP", "DATE")) and isinstance(value, datetime.date):
         if not isinstance(value, datetime.datetime):
             return datetime.datetime.combine(value, datetime.time())
+        if kind == "TIMESTAMP_NS":  # nanoseconds kept: a key is its instant in ns since 1970 (UTC)
+            import pandas as pd
+
+            instant = pd.Timestamp(value)
+            return (instant.tz_convert("UTC").tz_localize(None) if instant.tzinfo is not None else instant).value
         to_python = getattr(value, "to_pydatetime", None)  # (a pandas Timestamp: nanoseconds cut)
         if to_python is not None:
             with warnings.catch_warnings():
@@ -826,6 +834,14 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             )
         if isinstance(group, Bin) and not info.numeric:
             raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
+        if isinstance(group, Bin) and query.keys is not None:
+            for key in query.keys:  # (any other key would be compared with the bins' text labels)
+                if key[position] is not None and not (isinstance(key[position], str) and key[position] in group.labels):
+                    raise InvalidParameterError(
+                        "keys",
+                        key[position],
+                        f"a key of the binned column {group.name!r} is one of its labels {list(group.labels)}",
+                    )
         if not isinstance(group, Bin) and query.keys is not None:
             _check_key_types(group, info, [key[position] for key in query.keys])
         infos.append(info)

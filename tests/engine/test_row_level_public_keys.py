@@ -261,3 +261,36 @@ def test_keys_of_a_binned_column_are_its_labels(unit, keys):
     with pytest.raises(InvalidParameterError, match="one of its labels"):
         session.release(query, epsilon=1.0)
     assert session.remaining == dpkit.PureDP(10)
+
+
+@pytest.mark.parametrize("unit", ["p", None])
+@pytest.mark.parametrize("extra", [0, 300])
+def test_keys_of_a_float32_column_are_compared_as_float32(unit, extra):
+    """Keys written as DOUBLE literals compared the column widened to DOUBLE (0.10000000149011612)
+    with 0.1: the rows holding 0.1 were released as an empty group."""
+    table = pa.table({"p": [1, 2, 3], "f": pa.array([0.1, 0.1, 0.5], pa.float32())})
+    session = E.Session.from_arrow(table, name="t", privacy_unit=unit, budget=dpkit.PureDP(1e12))
+    keys = [0.1, 0.5, float("inf")] + [1000.5 + i for i in range(extra)]
+    result = session.release(
+        session.table().group_by("f", keys=keys).agg(n=E.count()), epsilon=1e9, rng=InsecureSeededRandom(1)
+    )
+    counts = dict(zip(result.columns["f"], result.columns["n"], strict=True))
+    assert (round(counts[0.1]), round(counts[0.5]), round(counts[float("inf")])) == (2, 1, 0)
+    with pytest.raises(InvalidParameterError, match="compares these as one value"):
+        session.release(session.table().group_by("f", keys=[0.1, np.float32(0.1)]).agg(n=E.count()), epsilon=1.0)
+
+
+def test_keys_with_a_binned_column_are_checked_for_collisions():
+    """With a Bin among the group columns the check was skipped: a date and its midnight on a
+    TIMESTAMP column each counted every row (3 rows released as 3 + 3)."""
+    from dpkit.engine._plan import Bin
+
+    table = pa.table(
+        {"p": [1, 2, 3], "x": [1.0, 2.0, 3.0], "t": pa.array([dt.datetime(2020, 1, 1)] * 3, pa.timestamp("us"))}
+    )
+    session = E.Session.from_arrow(table, name="t", privacy_unit="p", budget=dpkit.PureDP(10))
+    keys = {"x_bin": ["[0, 10]"], "t": [dt.date(2020, 1, 1), dt.datetime(2020, 1, 1)]}
+    query = session.table().group_by(Bin("x", (0, 10)), "t", keys=keys).bound(1, 2).agg(n=E.count())
+    with pytest.raises(InvalidParameterError, match="compares these as one value"):
+        session.release(query, epsilon=1.0)
+    assert session.remaining == dpkit.PureDP(10)

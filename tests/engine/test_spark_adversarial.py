@@ -381,3 +381,13 @@ def test_conditions_keep_their_parentheses_on_spark(spark):
     assert rows == [((1,), 1, 1)]
     rows = _same(duck, on_spark, lambda t: t.where("x IS NULL OR x < 50").group_by("gi", keys=[1]).agg(n=E.count()))
     assert rows == [((1,), 1, 1)]  # (the rows without a person are left out)
+
+
+def test_float32_keys_match_alike_on_spark(spark):
+    """Public keys of a FLOAT column are FLOAT literals (VALUES) or a float32 key table on both engines."""
+    frame = pa.table({"pid": [1, 2, 3], "f": pa.array([0.1, 0.1, 0.5], pa.float32())})
+    for unit in ("pid", None):
+        duck, on_spark = _pair(spark, frame, kind="arrow", privacy_unit=unit)
+        for keys in ([0.1, 0.5], [0.1, 0.5] + [1000.5 + i for i in range(300)]):
+            rows = _same(duck, on_spark, lambda t, keys=keys: t.group_by("f", keys=keys).agg(n=E.count()))
+            assert [row[1] for row in rows if row[0][0] in (0.1, 0.5)] == [2, 1]

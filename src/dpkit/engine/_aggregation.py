@@ -156,6 +156,9 @@ class AggregationPlan:
     salt: str = ""
     #: Group columns of a floating type: their zero is written one way (see ``_group_expression``).
     float_groups: frozenset[str] = frozenset()
+    #: The 32-bit (FLOAT) ones among them: their public keys are FLOATs in the key list, so that a
+    #: key 0.1 is the column's 0.1 (as a DOUBLE the column's value is 0.10000000149011612).
+    real_groups: frozenset[str] = frozenset()
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -245,9 +248,16 @@ def _literal(value: Any) -> str:
     return exp.convert(value).sql(dialect="duckdb")
 
 
-def _key_literal(value: Any) -> str:
+def _key_literal(value: Any, real: bool = False) -> str:
     """A public key as a literal of the list ``__kv``: a float is a DOUBLE (a plain 0.5 would be a
-    DECIMAL(2, 1), and comparing a wide DECIMAL column in that type overflows on large values)."""
+    DECIMAL(2, 1), and comparing a wide DECIMAL column in that type overflows on large values), or
+    a FLOAT for a ``real`` (32-bit) column."""
+    if real and type(value) in (float, int):
+        number = float(value)
+        text = (
+            repr(number) if math.isfinite(number) else "NaN" if math.isnan(number) else f"{'-' * (number < 0)}Infinity"
+        )
+        return f"CAST('{text}' AS FLOAT)"
     if type(value) is float and math.isfinite(value):
         return f"CAST('{value!r}' AS DOUBLE)"
     if getattr(value, "nanosecond", 0):  # a pandas Timestamp finer than a microsecond (naive: checked)
@@ -360,6 +370,15 @@ def key_table_columns(plan: AggregationPlan) -> dict[str, list[Any]] | None:
             # Mixed kinds (a date among datetimes): Arrow would type the column from the first
             # key and silently cut the others (every datetime to its day); VALUES unifies as SQL does.
             return None
+        group = plan.groups[i]
+        if isinstance(group, str) and group in plan.real_groups:
+            import pyarrow as pa
+
+            try:  # a FLOAT column's keys are FLOATs (see _key_literal)
+                columns[f"__k{i}"] = pa.array(values, pa.float32())
+            except (pa.ArrowInvalid, pa.ArrowTypeError):
+                return None
+            continue
         columns[f"__k{i}"] = values
     columns["__ki"] = list(range(len(plan.key_order)))
     return columns
@@ -470,8 +489,10 @@ def _key_list(plan: AggregationPlan, key_table: str | None) -> str:
     if key_table is not None:  # (a column of NULL keys alone is not in the table: never compared)
         read = [f"NULL AS {n}" if n[3:].isdigit() and int(n[3:]) in plan.null_key_columns else n for n in names]
         return f"__kv AS (SELECT {', '.join(read)} FROM {_quote(key_table)})"
+    real = [isinstance(g, str) and g in plan.real_groups for g in plan.groups]
     literals = ", ".join(
-        "(" + ", ".join([*(_key_literal(v) for v in key), str(rank)]) + ")" for rank, key in enumerate(plan.key_order)
+        "(" + ", ".join([*(_key_literal(v, r) for v, r in zip(key, real, strict=True)), str(rank)]) + ")"
+        for rank, key in enumerate(plan.key_order)
     )
     return f"__kv AS (SELECT * FROM (VALUES {literals}) AS __kv({', '.join(names)}))"
 

@@ -604,7 +604,12 @@ class DuckDBBackend:
             import pyarrow as pa
 
             try:
-                table = pa.table({name: pa.array(values) for name, values in columns.items()})
+                table = pa.table(
+                    {
+                        name: values if isinstance(values, pa.Array) else pa.array(values)
+                        for name, values in columns.items()
+                    }
+                )
             except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, OverflowError):
                 table = None  # keys Arrow cannot type as one column (mixed kinds): the VALUES list
         if table is None:
@@ -774,7 +779,12 @@ class SparkBackend:
             try:
                 import pyarrow as pa
 
-                table = pa.table({name: pa.array(values) for name, values in columns.items()})
+                table = pa.table(
+                    {
+                        name: values if isinstance(values, pa.Array) else pa.array(values)
+                        for name, values in columns.items()
+                    }
+                )
                 frame = _spark_from_arrow(self._spark, table)
             except (ImportError, TypeError, ValueError, NotImplementedError, OverflowError):
                 frame = None  # keys Arrow or Spark cannot type as one column (mixed kinds): the VALUES list

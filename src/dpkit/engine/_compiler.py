@@ -199,6 +199,8 @@ class CompiledQuery:
     selection_key: str = "persons"
     #: Group columns of a floating type (their -0.0 is grouped, ranked and released as 0.0).
     float_groups: frozenset[str] = frozenset()
+    #: The 32-bit (FLOAT) ones among them: their public keys are written as FLOAT (see AggregationPlan).
+    real_groups: frozenset[str] = frozenset()
     #: Each group column's type as the backend names it (bins left out): the types of a result
     #: that has no rows (private keys, none selected).
     group_types: Mapping[str, str] = field(default_factory=dict)
@@ -632,8 +634,10 @@ def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
         if places > scale or whole > int(precision) - scale:
             return "the key has more decimal places or digits than the type holds (it can be no value of the column)"
     if isinstance(value, datetime.datetime) and int(getattr(value, "nanosecond", 0)):
-        if kind != "TIMESTAMP_NS" or value.tzinfo is not None:
-            return "the key has nanoseconds, finer than the column holds (a naive key on a TIMESTAMP_NS column can)"
+        if kind != "TIMESTAMP_NS":
+            return "the key has nanoseconds, finer than the column holds (only a TIMESTAMP_NS column does)"
+        if value.tzinfo is not None:
+            return "a key with nanoseconds must be naive (without a time zone), as the column is"
     if kind == "DATE" and isinstance(value, datetime.datetime):
         return "use datetime.date keys (a datetime would make the engine read every date as a timestamp)"
     if kind == "TIMESTAMP_NS" and isinstance(value, datetime.date):
@@ -657,6 +661,7 @@ def _encodes(text: str) -> bool:
 
 def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
     """A public key as the engine compares it with column ``info`` (for finding keys it sees as one).
+    A FLOAT (32-bit) column's keys are compared as FLOATs.
 
     UUID text in any case is one UUID; on a DATE or TIMESTAMP column a date is its midnight, a
     time is cut to the microsecond, and a naive and an aware time are compared in UTC (the
@@ -686,6 +691,8 @@ def _engine_value(info: ColumnInfo, value: Any, floats: bool) -> Any:
         if value.tzinfo is not None:
             value = value.astimezone(datetime.UTC).replace(tzinfo=None)
         return value
+    if kind in ("FLOAT", "REAL", "FLOAT4") and isinstance(value, float | int):
+        return float(np.float32(value))  # (keys of a FLOAT column are FLOATs: see _key_list)
     if kind.startswith(("DOUBLE", "FLOAT", "REAL")) and isinstance(value, float | int):
         return float(value)
     if kind.startswith("DECIMAL") and isinstance(value, decimal.Decimal | float | int):
@@ -845,7 +852,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         if not isinstance(group, Bin) and query.keys is not None:
             _check_key_types(group, info, [key[position] for key in query.keys])
         infos.append(info)
-    if query.keys is not None and not any(isinstance(g, Bin) for g in query.group_by):
+    if query.keys is not None:
         _check_key_collisions(query, infos)
     for name, aggregate in query.aggregates:
         if aggregate.column is not None:
@@ -890,6 +897,7 @@ def compile_query(
         and not available[g].integer
         and not available[g].type.lower().startswith("decimal")
     )
+    real_groups = frozenset(g for g in float_groups if available[g].type.upper() in ("FLOAT", "REAL", "FLOAT4"))
     contribution = query.contribution or context.contribution
     if context.privacy_unit is None and (contribution.rows_per_group, contribution.groups_per_person) != (1, 1):
         if query.contribution is not None:
@@ -989,6 +997,7 @@ def compile_query(
         cost=cost,
         selection_key=selection_key,
         float_groups=float_groups,
+        real_groups=real_groups,
         group_types={g: available[g].type for g in query.group_by if isinstance(g, str)},
     )
     compiled.verify()
@@ -1153,6 +1162,7 @@ def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:
         "groups_per_person": compiled.contribution.groups_per_person,
         "salt": salt,
         "float_groups": compiled.float_groups,
+        "real_groups": compiled.real_groups,
     }
     return AggregationPlan(**(base | fields))
 

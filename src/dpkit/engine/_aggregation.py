@@ -302,32 +302,13 @@ def _group_expression(group: GroupKey, float_groups: frozenset[str] = frozenset(
 
 
 def _key_filter(plan: AggregationPlan) -> list[str]:
-    """Conditions on the group aliases __g0, __g1, ... keeping only public keys (and real bins).
+    """Conditions on the group aliases __g0, __g1, ... keeping only the real bins (private keys).
 
     Row-level privacy: a HAVING after the aggregation (the same result as filtering rows first).
-    Per person: the filter on the list of groups present, when that list is built in SQL.
+    Per person: the filter on the list of groups present, built in SQL. (Public keys are matched
+    by the join to their list instead: see ``_key_list``.)
     """
-    if plan.keys is None:
-        return [f"__g{i} IS NOT NULL" for i, g in enumerate(plan.groups) if isinstance(g, Bin)]
-    columns = [list(dict.fromkeys(key[i] for key in plan.keys)) for i in range(len(plan.groups))]
-    if len(plan.groups) > 1 and len(set(plan.keys)) < math.prod(len(values) for values in columns):
-        # Not a full product: per-column lists would also admit combinations that are not keys
-        # (and spend a person's group slots on them). Match whole tuples instead.
-        def equal(i: int, value: Any) -> str:
-            return f"__g{i} IS NULL" if value is None else f"__g{i} = {_literal(value)}"
-
-        tuples = [" AND ".join(equal(i, v) for i, v in enumerate(key)) for key in dict.fromkeys(plan.keys)]
-        return ["(" + " OR ".join(f"({t})" for t in tuples) + ")"]
-    conditions = []
-    for i, values in enumerate(columns):
-        present = [v for v in values if v is not None]
-        parts = []
-        if present:
-            parts.append(f"__g{i} IN ({', '.join(_literal(v) for v in present)})")
-        if len(present) < len(values):
-            parts.append(f"__g{i} IS NULL")
-        conditions.append("(" + " OR ".join(parts) + ")")
-    return conditions
+    return [f"__g{i} IS NOT NULL" for i, g in enumerate(plan.groups) if isinstance(g, Bin)]
 
 
 def _bin_expression(histogram: Histogram) -> str:

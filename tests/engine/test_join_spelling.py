@@ -88,3 +88,61 @@ def test_the_builder_refuses_what_sql_refuses_in_joins():
     with pytest.raises(InvalidParameterError, match="twice"):
         _released(session, session.table().join("lk", on=["region", "REGION"]).agg(n=E.count()))
     assert session.remaining == dpkit.PureDP(1e7)
+
+
+def test_a_join_key_written_the_lookups_way_groups_and_the_unit_stays_guarded():
+    """GROUP BY REGION after JOIN upper USING (region) raised a bare KeyError ('REGION'), and the
+    privacy-unit guard compared names with case."""
+    session = _session()
+    result = _released(
+        session,
+        "SELECT REGION, COUNT(*) AS n FROM people JOIN upper USING (region) GROUP BY REGION",
+        keys=["n", "s", "e"],
+    )
+    counts = dict(zip(result.columns["region"], (round(n) for n in result.columns["n"]), strict=True))
+    assert counts == {"n": 1, "s": 1, "e": 1}  # (results use the schema's spelling)
+    lookup = {"unitk": pd.DataFrame({"PID": [1, 2, 3], "tier": ["a", "b", "c"]})}
+    keyed = E.Session.from_pandas(
+        PEOPLE, name="people", privacy_unit="pid", budget=dpkit.PureDP(10), public_tables=lookup
+    )
+    with pytest.raises(InvalidParameterError, match="grouping by the privacy unit"):
+        _released(keyed, keyed.table().join("unitk", on="pid").group_by("PID", keys=[1, 2]).agg(n=E.count()))
+    assert keyed.remaining == dpkit.PureDP(10)
+
+
+def test_chained_joins_and_twin_names():
+    """A chained join key in another case than the earlier lookup's was refused as "not a column of
+    both 'people' and ..."; two lookups sharing a column were blamed on the private table; two public
+    tables named alike without case were both accepted and JOIN lk read LK's rows."""
+    lookups = {
+        "lk": pd.DataFrame({"region": ["n", "s", "e"], "Country": ["N", "S", "E"]}),
+        "lk2": pd.DataFrame({"country": ["N", "S", "E"], "continent": ["X", "X", "Y"]}),
+        "lk3": pd.DataFrame({"region": ["n", "s", "e"], "country": ["N", "S", "E"]}),
+    }
+    session = E.Session.from_pandas(
+        PEOPLE, name="people", privacy_unit="pid", budget=dpkit.PureDP(1e7), public_tables=lookups
+    )
+    for query in (
+        "SELECT continent, COUNT(*) AS n FROM people JOIN lk USING (region) JOIN lk2 USING (COUNTRY) "
+        "GROUP BY continent",
+        session.table()
+        .join("lk", on="region")
+        .join("lk2", on="country")
+        .group_by("continent", keys=["X", "Y"])
+        .agg(n=E.count()),
+    ):
+        result = _released(session, query, **({"keys": ["X", "Y"]} if isinstance(query, str) else {}))
+        assert [round(n) for n in result.columns["n"]] == [2, 1]
+    with pytest.raises(InvalidParameterError, match="both 'lk' and the lookup table 'lk3'"):
+        session.sql(
+            "SELECT COUNT(*) AS n FROM people JOIN lk USING (region) JOIN lk3 USING (region) WHERE country = 'N'",
+            epsilon=1.0,
+        )
+    with pytest.raises(InvalidParameterError, match="differ only in case"):
+        E.Session.from_pandas(
+            PEOPLE,
+            name="people",
+            privacy_unit="pid",
+            budget=dpkit.PureDP(1),
+            public_tables={"lk": lookups["lk"], "LK": lookups["lk3"]},
+        )

@@ -722,15 +722,20 @@ def _schema_spelling(query: Query, context: CompileContext) -> Query:
     """``query`` with its group, aggregate and join columns spelled as the schema spells them
     (``SUM(income)`` on a column ``Income``), so that bounds, keys and results use one name."""
     table = spelling_resolver(list(context.public_tables))
-    joins = tuple(Join(table(j.table), j.on) for j in query.joins)
     names = list(context.columns)
-    for join in joins:
-        names += [n for n in context.public_tables.get(join.table, {}) if n not in context.columns]
+    joins = []
+    for join in query.joins:
+        # A join column is spelled as the tables joined before it spell it (the private table or
+        # an earlier lookup); a lookup's columns equal to earlier ones without case add no spelling
+        # (as join keys they are one column; otherwise they are ambiguous, see _check_columns).
+        earlier = spelling_resolver(names)
+        joins.append(Join(table(join.table), tuple(earlier(c) for c in join.on)))
+        folded = {n.casefold() for n in names}
+        names += [n for n in context.public_tables.get(table(join.table), {}) if n.casefold() not in folded]
     resolve = spelling_resolver(names)
-    private = spelling_resolver(list(context.columns))  # a join column is the private table's
     return dataclasses.replace(
         query,
-        joins=tuple(Join(j.table, tuple(private(c) for c in j.on)) for j in joins),
+        joins=tuple(joins),
         group_by=tuple(Bin(resolve(g.column), g.edges) if isinstance(g, Bin) else resolve(g) for g in query.group_by),
         aggregates=tuple(
             (name, a if a.column is None else dataclasses.replace(a, column=resolve(a.column)))
@@ -758,7 +763,8 @@ def _check_output_names(query: Query) -> None:
 def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
     available = dict(context.columns)
     # Column names compared without case, as DuckDB and Spark compare identifiers.
-    ambiguous: dict[str, str] = {}  # case-folded column -> lookup table sharing it (not a join key)
+    ambiguous: dict[str, str] = {}  # case-folded column -> "'t1' and the lookup table 't2'" sharing it
+    owner = {name.casefold(): context.table for name in available}  # case-folded column -> its first table
     joined: set[str] = set()
     for join in query.joins:
         if join.table not in context.public_tables:
@@ -777,8 +783,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                 raise InvalidParameterError(
                     "on",
                     column,
-                    f"is a column of both {context.table!r} and the lookup table {ambiguous[column.casefold()]!r}; "
-                    "rename it in the lookup table",
+                    f"is a column of both {ambiguous[column.casefold()]}; rename it in the lookup table",
                 )
             if column not in available or theirs_spelling(column) not in lookup:
                 raise InvalidParameterError(
@@ -800,7 +805,8 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             if name.casefold() in keys:
                 continue  # (the join column: one column after USING)
             if name.casefold() in folded:
-                ambiguous[name.casefold()] = join.table
+                ambiguous[name.casefold()] = f"{owner[name.casefold()]!r} and the lookup table {join.table!r}"
+            owner.setdefault(name.casefold(), join.table)
             available.setdefault(name, info)
 
     resolve = spelling_resolver(list(available))
@@ -811,8 +817,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             raise InvalidParameterError(
                 what,
                 column,
-                f"is a column of both {context.table!r} and the lookup table {ambiguous[column.casefold()]!r}; "
-                "rename it in the lookup table",
+                f"is a column of both {ambiguous[column.casefold()]}; rename it in the lookup table",
             )
         if column not in available:
             raise InvalidParameterError(what, column, f"unknown column; available: {', '.join(sorted(available))}")
@@ -865,8 +870,8 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
                 )
     if context.privacy_unit is not None:
         need(context.privacy_unit, "privacy_unit")
-        grouped = {g for g in query.group_by if isinstance(g, str)}
-        if context.privacy_unit in grouped:
+        grouped = {g.casefold() for g in query.group_by if isinstance(g, str)}
+        if context.privacy_unit.casefold() in grouped:
             raise InvalidParameterError(
                 "group_by", context.privacy_unit, "grouping by the privacy unit would release each person"
             )

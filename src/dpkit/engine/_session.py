@@ -152,6 +152,13 @@ class Session:
         # a public table or its privacy unit leaves no new ledger file (holding this budget) behind.
         self._columns = _open(self._backend, name, source, kind, "source")
         self._public: dict[str, dict[str, ColumnInfo]] = {}
+        names = [table for table in (public_tables or {}) if isinstance(table, str)]
+        if len({table.casefold() for table in names}) < len(names):
+            raise InvalidParameterError(
+                "public_tables",
+                sorted(names),
+                "two names differ only in case: the engines would read one table for both",
+            )
         for table, table_source in (public_tables or {}).items():
             self.add_public_table(table, table_source)
         if privacy_unit is not None:  # matched without case, as every other column name

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import math
+import numbers
+import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, SupportsIndex
 
+import numpy as np
+
 from dpkit.engine._plan import Contribution
 from dpkit.guarantees import Guarantee
 
-__all__ = ["Preview", "Result"]
+__all__ = ["Preview", "Result", "json_value"]
 
 
 def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
@@ -84,15 +90,75 @@ def _frozen(value: Any) -> Any:
     return value
 
 
-def _thawed(value: Any) -> Any:
-    """A plain, mutable deep copy (what a Result hands out), with NaN and infinity as None (JSON has neither)."""
+def _iso_duration(value: datetime.timedelta) -> str:
+    """ISO 8601 duration ``[-]PnDTnHnMn[.f]S``, exact to the nanosecond (pandas.Timedelta has them)."""
+    microseconds = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    nanoseconds = microseconds * 1_000 + getattr(value, "nanoseconds", 0)
+    sign = "-" if nanoseconds < 0 else ""
+    days, rest = divmod(abs(nanoseconds), 86_400 * 10**9)
+    hours, rest = divmod(rest, 3_600 * 10**9)
+    minutes, rest = divmod(rest, 60 * 10**9)
+    seconds, fraction = divmod(rest, 10**9)
+    decimals = f".{fraction:09d}".rstrip("0") if fraction else ""
+    return f"{sign}P{days}DT{hours}H{minutes}M{seconds}{decimals}S"
+
+
+def json_value(value: Any, *, key: bool = False) -> Any:
+    """``value`` as strict JSON (``json.dumps(..., allow_nan=False)`` takes it), recursively.
+
+    The encoding ``Result.to_dict`` uses (and ``dpkit query --json`` should): it is lossless and,
+    given the column's type, unambiguous:
+
+    - None, str, bool and int as themselves (numpy scalars as the Python value);
+    - a finite float as itself; a non-finite one as the strings ``"NaN"``, ``"Infinity"`` and
+      ``"-Infinity"`` when ``key`` is true (a group key: NaN and NULL are different groups), and
+      as None otherwise (RFC 8259 has neither: a quantile's interval ends are NaN);
+    - decimal.Decimal as its exact digits, without exponent (``"1.50"``);
+    - date, datetime (pandas.Timestamp included, nanoseconds kept) and time as ISO 8601
+      (``"2024-01-31"``, ``"2024-01-31T10:00:00.000000001"``, ``"10:00:00+00:00"``);
+    - timedelta (an INTERVAL) as an ISO 8601 duration, ``"P1DT2H3M4.5S"`` (``"-P0DT0H0M1S"``
+      for minus one second);
+    - uuid.UUID as its 8-4-4-4-12 lowercase hexadecimal form;
+    - bytes (a BLOB) as lowercase hexadecimal, two digits per byte, no prefix (``b"\\x00\\xff"`` is
+      ``"00ff"``);
+    - dicts (keys as str), lists and tuples element by element; anything else as its str().
+    """
+    if value is None or isinstance(value, str | bool):
+        return value
     if isinstance(value, dict):
-        return {key: _thawed(item) for key, item in value.items()}
+        return {str(name): json_value(item, key=key) for name, item in value.items()}
     if isinstance(value, list | tuple):
-        return [_thawed(item) for item in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+        return [json_value(item, key=key) for item in value]
+    if isinstance(value, np.datetime64 | np.timedelta64):  # (their item() can be a bare integer)
+        import pandas as pd
+
+        if np.isnat(value):
+            return None
+        return json_value(pd.Timestamp(value) if isinstance(value, np.datetime64) else pd.Timedelta(value))
+    if isinstance(value, np.generic):
+        return json_value(value.item(), key=key)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, decimal.Decimal):
+        return format(value, "f")
+    if isinstance(value, numbers.Real):
+        number = float(value)
+        if math.isfinite(number):
+            return number
+        if not key:
+            return None
+        return "NaN" if math.isnan(number) else ("Infinity" if number > 0 else "-Infinity")
+    if isinstance(value, datetime.date | datetime.time | datetime.timedelta) and value != value:
+        return None  # pandas.NaT
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, datetime.timedelta):
+        return _iso_duration(value)
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).hex()
+    return str(value)
 
 
 _ARROW_TYPES = {
@@ -117,8 +183,8 @@ def _arrow_type(sql_type: str) -> Any:
         return pa.binary()
     if kind == "UUID":
         return pa.uuid()
-    if kind == "TIME":
-        return pa.time64("us")
+    if kind in ("TIME", "TIME_NS"):
+        return pa.time64("us" if kind == "TIME" else "ns")
     if kind == "INTERVAL":
         return pa.duration("us")
     if kind.startswith(("DECIMAL", "NUMERIC")) and "(" in kind:
@@ -126,9 +192,66 @@ def _arrow_type(sql_type: str) -> Any:
         return pa.decimal128(int(precision), int(scale or 0))
     if kind in ("TIMESTAMP WITH TIME ZONE", "TIMESTAMPTZ"):
         return pa.timestamp("us", tz="UTC")
-    if kind in ("TIMESTAMP", "TIMESTAMP_NTZ", "DATETIME"):
+    if kind in ("TIMESTAMP", "TIMESTAMP_NTZ", "DATETIME", "TIMESTAMP_US"):
         return pa.timestamp("us")
+    if kind in _TIMESTAMP_UNITS:
+        return pa.timestamp(_TIMESTAMP_UNITS[kind])
     return pa.null()
+
+
+_TIMESTAMP_UNITS = {"TIMESTAMP_NS": "ns", "TIMESTAMP_MS": "ms", "TIMESTAMP_S": "s"}
+
+
+def _typed_values(values: Iterable[Any], arrow_type: Any) -> list[Any]:
+    """Values as a column of ``arrow_type`` holds them, so that every output shows the same key.
+
+    A public key on a DECIMAL column may be an int or a float (``1.5``) and has the scale it was
+    written with (``Decimal("2.250")``); the backend gives ``Decimal("1.50")``: each is written
+    at the column's scale when that is exact. A public key on a UUID column is text; the backend
+    gives uuid.UUID.
+    """
+    import pyarrow as pa
+
+    if pa.types.is_decimal(arrow_type):
+        quantum = decimal.Decimal(1).scaleb(-arrow_type.scale)
+        context = decimal.Context(prec=80)
+
+        def at_scale(value: Any) -> Any:
+            if value is None or isinstance(value, bool) or not isinstance(value, numbers.Real | decimal.Decimal):
+                return value
+            number = value if isinstance(value, decimal.Decimal) else decimal.Decimal(str(value))
+            if not number.is_finite():
+                return value
+            scaled = number.quantize(quantum, context=context)
+            return scaled if scaled == number else value
+
+        return [at_scale(value) for value in values]
+    if getattr(arrow_type, "extension_name", None) == "arrow.uuid":
+
+        def as_uuid(value: Any) -> Any:
+            try:
+                return uuid.UUID(value) if isinstance(value, str) else value
+            except ValueError:
+                return value
+
+        return [as_uuid(value) for value in values]
+    return list(values)
+
+
+def _arrow_array(values: list[Any], arrow_type: Any) -> Any:
+    """A pyarrow array of ``values`` of ``arrow_type`` (inferred for a type without a counterpart).
+
+    The inferred type is also the last resort for values the column type cannot hold (which the
+    compiler's key checks should prevent): a released result always converts.
+    """
+    import pyarrow as pa
+
+    if pa.types.is_null(arrow_type) and values:
+        return pa.array(values)
+    try:
+        return pa.array(values, arrow_type)
+    except (pa.ArrowException, OverflowError, TypeError, ValueError):
+        return pa.array(values)
 
 
 @dataclass(frozen=True)
@@ -153,8 +276,9 @@ class Result:
     bounds: dict[str, tuple[float, float]]
     description: str
     entry_index: int | None = None
-    #: Each group column's type as the backend names it (e.g. ``VARCHAR``, ``DATE``): a result with
-    #: no rows keeps its columns' types (aggregates are always float64).
+    #: Each group column's type as the backend names it (e.g. ``VARCHAR``, ``DATE``): ``to_arrow``,
+    #: ``to_pandas`` and ``to_polars`` take the key columns' types from it, so a result with no rows
+    #: has the types of one with rows (released values and interval ends are always float64).
     group_types: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -163,62 +287,84 @@ class Result:
         for name in ("columns", "budget_split", "bounds", "group_types"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
-    def _plain_columns(self) -> dict[str, list[Any]]:
-        return {name: list(values) for name, values in self.columns.items()}
+    def _group_names(self) -> list[str]:
+        """The group columns: those before the released ones (a value, ``_low``, ``_high`` each)."""
+        names = list(self.columns)
+        end = len(names)
+        while end >= 3 and names[end - 2 : end] == [f"{names[end - 3]}_low", f"{names[end - 3]}_high"]:
+            end -= 3
+        return [name for position, name in enumerate(names) if position < end or name in self.group_types]
 
-    def _empty_table(self) -> Any:
-        """The column types of a result with no rows, as an empty pyarrow Table (None if it has rows)."""
-        if len(self):
-            return None
+    def _column_types(self) -> dict[str, Any]:
+        """Each column's pyarrow type, from the column types alone (never from the values).
+
+        A group column has its backend type (a binned one holds text labels); the released values
+        and interval ends are float64. So a result has the same schema whether or not it has rows.
+        """
         import pyarrow as pa
 
-        fields = [
-            pa.field(name, _arrow_type(self.group_types[name]) if name in self.group_types else pa.float64())
+        groups = set(self._group_names())
+        return {
+            name: (
+                _arrow_type(self.group_types[name])
+                if name in self.group_types
+                else (pa.string() if name in groups else pa.float64())
+            )
             for name in self.columns
-        ]
-        return pa.schema(fields).empty_table()
+        }
 
-    def to_pandas(self) -> Any:
-        """The result as a pandas DataFrame (a copy: changing it leaves the result as released)."""
-        import pandas as pd
-
-        empty = self._empty_table()
-        return pd.DataFrame(self._plain_columns()) if empty is None else empty.to_pandas()
+    def _typed_columns(self) -> dict[str, list[Any]]:
+        types = self._column_types()
+        return {name: _typed_values(values, types[name]) for name, values in self.columns.items()}
 
     def to_arrow(self) -> Any:
-        """The result as a pyarrow Table."""
+        """The result as a pyarrow Table (its schema comes from the column types; see ``group_types``)."""
         import pyarrow as pa
 
-        empty = self._empty_table()
-        return pa.table(self._plain_columns()) if empty is None else empty
+        types = self._column_types()
+        arrays = {name: _arrow_array(values, types[name]) for name, values in self._typed_columns().items()}
+        return pa.table(arrays)
+
+    def to_pandas(self) -> Any:
+        """The result as a pandas DataFrame (a copy: changing it leaves the result as released).
+
+        Converted from ``to_arrow()``: a NaN key and a NULL key both show as NaN there (use
+        ``to_arrow``, ``to_polars`` or ``to_dict`` to tell them apart).
+        """
+        return self.to_arrow().to_pandas()
 
     def to_polars(self) -> Any:
-        """The result as a Polars DataFrame."""
+        """The result as a Polars DataFrame (converted from ``to_arrow()``)."""
         import polars as pl
 
-        empty = self._empty_table()
-        return pl.DataFrame(self._plain_columns()) if empty is None else pl.from_arrow(empty)
+        return pl.from_arrow(self.to_arrow())
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready summary (NaN and infinity as None): rows, cost, split, bounds and contribution limits."""
-        names = list(self.columns)
-        rows = [dict(zip(names, values, strict=True)) for values in zip(*self.columns.values(), strict=True)]
-        summary: dict[str, Any] = _thawed(
-            {
-                "rows": rows,
-                "alpha": self.alpha,
-                "bounds": {k: list(v) for k, v in self.bounds.items()},
-                "budget_split": [dict(s) for s in self.budget_split],
-            }
-        )
+        """A JSON-ready summary: rows, cost, split, bounds, contribution limits and group column types.
+
+        Strict JSON: ``json.dumps(result.to_dict(), allow_nan=False)`` works for every column type,
+        and the encoding is lossless (see ``json_value``): group keys that are dates, times and
+        timestamps are ISO 8601 strings (nanoseconds kept), INTERVALs ISO 8601 durations
+        (``"P1DT0H0M0.5S"``), DECIMALs their exact digits at the column's scale (``"1.50"``),
+        UUIDs their canonical text, BLOBs lowercase hexadecimal; a NaN or infinite float key is
+        ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` and a NULL key None, so they stay distinct.
+        Released values are numbers; an interval end that is NaN (quantiles have none) is None.
+        ``group_types`` names each group column's type, which tells how to read its keys back.
+        """
+        groups = set(self._group_names())
+        typed = self._typed_columns()
+        names = list(typed)
+        encoded = [[json_value(value, key=name in groups) for value in typed[name]] for name in names]
+        types = {name: self.group_types.get(name, "VARCHAR") for name in self._group_names()}
         return {
-            "rows": summary["rows"],
+            "rows": [dict(zip(names, values, strict=True)) for values in zip(*encoded, strict=True)],
             "guarantee": repr(self.guarantee),
-            "alpha": summary["alpha"],
-            "rows_per_group": self.contribution.rows_per_group,
-            "groups_per_person": self.contribution.groups_per_person,
-            "bounds": summary["bounds"],
-            "budget_split": summary["budget_split"],
+            "alpha": json_value(self.alpha),
+            "rows_per_group": json_value(self.contribution.rows_per_group),
+            "groups_per_person": json_value(self.contribution.groups_per_person),
+            "bounds": json_value({name: list(bound) for name, bound in self.bounds.items()}),
+            "budget_split": json_value([dict(split) for split in self.budget_split]),
+            "group_types": types,
         }
 
     def __len__(self) -> int:
@@ -240,6 +386,24 @@ class Result:
             f"spent {self.guarantee}; {int(round((1 - self.alpha) * 100))}% intervals; {limits}\n"
             f"split: {split}"
         )
+
+
+def _refuse_assignment(self: object, name: str, value: object) -> NoReturn:
+    raise TypeError(
+        f"a released {type(self).__name__} is read-only: its {name!r} cannot be assigned "
+        "(copy what you need: to_dict(), to_pandas(), dict(result.columns))"
+    )
+
+
+def _refuse_deletion(self: object, name: str) -> NoReturn:
+    raise TypeError(f"a released {type(self).__name__} is read-only: its {name!r} cannot be deleted")
+
+
+# Installed after @dataclass(frozen=True), which refuses a class that defines them and installs
+# its own (they raise FrozenInstanceError, an AttributeError; the README promises TypeError).
+# Construction, pickling and copying set fields with object.__setattr__ or __dict__, not these.
+Result.__setattr__ = _refuse_assignment  # type: ignore[assignment,method-assign]
+Result.__delattr__ = _refuse_deletion  # type: ignore[assignment,method-assign]
 
 
 @dataclass(frozen=True)

@@ -275,7 +275,7 @@ def test_preview_spends_nothing_and_predicts_the_cost(people):
     preview = query.preview(epsilon=0.5)
     assert s.remaining == dpkit.PureDP(2.0)
     assert preview.affordable and preview.remaining_after == dpkit.PureDP(1.5)
-    assert {row["statistic"] for row in preview.statistics} == {"rows", "sum:income"}
+    assert {row["statistic"] for row in preview.statistics} == {"count of rows", "sum of income"}
     assert query.release(epsilon=0.5).guarantee == preview.guarantee
     assert not query.preview(epsilon=5.0).affordable
     assert query.preview(epsilon=5.0).remaining_after is None

@@ -391,3 +391,9 @@ def test_float32_keys_match_alike_on_spark(spark):
         for keys in ([0.1, 0.5], [0.1, 0.5] + [1000.5 + i for i in range(300)]):
             rows = _same(duck, on_spark, lambda t, keys=keys: t.group_by("f", keys=keys).agg(n=E.count()))
             assert [row[1] for row in rows if row[0][0] in (0.1, 0.5)] == [2, 1]
+
+
+def test_spark_frame_with_column_names_alike_is_refused(spark):
+    frame = spark.createDataFrame(pd.DataFrame({"ID": range(30), "id": [1, 2, 3] * 10}))
+    with pytest.raises(dpkit.InvalidParameterError, match="same name without case"):
+        E.Session.from_spark(frame, privacy_unit="id", budget=BUDGET)

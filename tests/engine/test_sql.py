@@ -20,8 +20,17 @@ from dpkit.engine._functions import (
     sum,
     variance,
 )
-from dpkit.engine._plan import Query
+from dpkit.engine._plan import Aggregate, Query
 from dpkit.engine._sql import UnsupportedSQLError, parse_query
+
+
+def var_samp(column: str) -> Aggregate:  # VARIANCE and VAR_SAMP divide by n - 1
+    return variance(column, sample=True)
+
+
+def std_samp(column: str) -> Aggregate:  # STDDEV and STDDEV_SAMP too
+    return stddev(column, sample=True)
+
 
 TABLE = "people"
 PUBLIC = ("regions", "Countries")
@@ -47,11 +56,11 @@ ACCEPTED: list[tuple[str, Callable[[], QueryBuilder], tuple[str, ...]]] = [
     ("SELECT SUM(income) FROM people", lambda: B.agg(sum_income=sum("income")), ("sum_income",)),
     ("SELECT AVG(income) FROM people", lambda: B.agg(avg_income=mean("income")), ("avg_income",)),
     ("SELECT MEAN(income) AS m FROM people", lambda: B.agg(m=mean("income")), ("m",)),
-    ("SELECT VARIANCE(income) FROM people", lambda: B.agg(variance_income=variance("income")), ("variance_income",)),
-    ("SELECT VAR_SAMP(income) FROM people", lambda: B.agg(variance_income=variance("income")), ("variance_income",)),
+    ("SELECT VARIANCE(income) FROM people", lambda: B.agg(variance_income=var_samp("income")), ("variance_income",)),
+    ("SELECT VAR_SAMP(income) FROM people", lambda: B.agg(variance_income=var_samp("income")), ("variance_income",)),
     ("SELECT VAR_POP(income) FROM people", lambda: B.agg(variance_income=variance("income")), ("variance_income",)),
-    ("SELECT STDDEV(income) FROM people", lambda: B.agg(stddev_income=stddev("income")), ("stddev_income",)),
-    ("SELECT STDDEV_SAMP(income) FROM people", lambda: B.agg(stddev_income=stddev("income")), ("stddev_income",)),
+    ("SELECT STDDEV(income) FROM people", lambda: B.agg(stddev_income=std_samp("income")), ("stddev_income",)),
+    ("SELECT STDDEV_SAMP(income) FROM people", lambda: B.agg(stddev_income=std_samp("income")), ("stddev_income",)),
     ("SELECT STDDEV_POP(income) FROM people", lambda: B.agg(stddev_income=stddev("income")), ("stddev_income",)),
     ("SELECT MEDIAN(income) FROM people", lambda: B.agg(median_income=median("income")), ("median_income",)),
     (

@@ -11,17 +11,17 @@ debited before the aggregation runs; a refused or invalid query spends nothing.
 from __future__ import annotations
 
 import argparse
+import csv
 import datetime
 import decimal
 import json
-import math
 import os
 import sys
 import threading
 import time
 from typing import Any
 
-from dpkit._errors import InvalidParameterError
+from dpkit._errors import BudgetExceededError, InvalidParameterError
 from dpkit.engine._csv import typed_csv_spec
 from dpkit.engine._plan import spelling_resolver
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
@@ -40,7 +40,11 @@ def add_query_parser(commands: Any) -> None:
         description="Run one differentially private SQL query over a Parquet or CSV file and print "
         "the noisy answers with confidence intervals.",
     )
-    query.add_argument("data", help="a .parquet or .csv file (the table is named by its stem, or --table)")
+    query.add_argument(
+        "data",
+        help="a .parquet or .csv file (the table is named by its stem up to the first dot, e.g. people for "
+        "people.v2.parquet, or 'data' when that is not an identifier; or --table)",
+    )
     query.add_argument("sql", help='a SELECT, e.g. "SELECT region, COUNT(*) FROM people GROUP BY region"')
     query.add_argument("--table", help="the table's name in the SQL (default: the file's stem)")
     query.add_argument("--privacy-unit", metavar="COLUMN", help="the column that identifies a person (default: a row)")
@@ -54,7 +58,14 @@ def add_query_parser(commands: Any) -> None:
         default=[],
         help="declared type of every CSV column, e.g. income=DOUBLE (repeatable; nothing is inferred from the rows)",
     )
-    query.add_argument("--keys", metavar="COL=V1,V2,...", action="append", default=[], help="public group keys")
+    query.add_argument(
+        "--keys",
+        metavar="COL=V1,V2,...",
+        action="append",
+        default=[],
+        help="public group keys, comma-separated as in a CSV line (spaces after a comma are ignored; quote a value "
+        "holding a comma: region='\"East,West\",North'; repeatable per column)",
+    )
     query.add_argument("--epsilon", type=float, help="epsilon spent by this query")
     query.add_argument("--delta", type=float, help="delta spent (needed for private group keys)")
     query.add_argument(
@@ -106,8 +117,10 @@ def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
         if not equals or not colon or not column:
             raise InvalidParameterError("--bounds", item, "must be COLUMN=LOW:HIGH, e.g. income=0:200000")
         pair = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
-        if column in bounds:
-            raise InvalidParameterError("--bounds", item, f"gives {column!r} twice; give each column once")
+        if column.casefold() in {name.casefold() for name in bounds}:
+            raise InvalidParameterError(
+                "--bounds", item, f"gives {column!r} twice (names match without case); give each column once"
+            )
         bounds[column] = pair
     return bounds
 
@@ -198,8 +211,8 @@ def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any
             raise InvalidParameterError("--keys", item, f"{column!r} is not a column; columns: {', '.join(columns)}")
         cast, kind = _key_parser(info)
         try:
-            keys[column] = [cast(v) for v in values.split(",")]
-        except (ValueError, ArithmeticError):
+            keys[column] = [cast(v) for v in next(csv.reader([values], skipinitialspace=True))]
+        except (ValueError, ArithmeticError, csv.Error):
             raise InvalidParameterError("--keys", item, f"values of {column!r} ({info.type}) must be {kind}") from None
     return keys
 
@@ -273,25 +286,9 @@ class _ProgressBar:
             self._shown = True
 
 
-def _json_value(value: Any) -> Any:
-    """``value`` as strict JSON (RFC 8259 has no NaN or infinity: they become null), recursively."""
-    if isinstance(value, dict):
-        return {str(k): _json_value(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v) for v in value]
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, datetime.date | datetime.time):
-        return value.isoformat()
-    if isinstance(value, decimal.Decimal):
-        return str(value)
-    if hasattr(value, "item"):  # numpy scalars
-        return _json_value(value.item())
-    return value
-
-
 def run_query(args: argparse.Namespace) -> int:
     """Run ``dpkit query`` with parsed arguments; print the result; return the exit status."""
+    from dpkit.engine._result import json_value
     from dpkit.engine._session import Session, _stem
 
     path = os.fspath(args.data)
@@ -316,7 +313,7 @@ def run_query(args: argparse.Namespace) -> int:
         return Session(
             source,
             kind,
-            name=args.table or _stem(path),
+            name=args.table if args.table is not None else _stem(path),
             privacy_unit=args.privacy_unit,
             budget=budget,
             ledger=ledger,
@@ -336,7 +333,13 @@ def run_query(args: argparse.Namespace) -> int:
         # a query that would be refused never leaves a new ledger file behind.
         trial = open_session(None)
         contribution["keys"] = _typed_keys(args.keys, trial.columns)
-        trial.preview(args.sql, **contribution, **cost)
+        planned = trial.preview(args.sql, **contribution, **cost)
+        if not planned.affordable and not args.preview:
+            raise BudgetExceededError(planned.guarantee, budget, "the new ledger's --budget; nothing was created")
+        if args.budget is None and planned.guarantee != budget:
+            # Exactly this query's cost (delta it would not spend, with public keys, left out);
+            # the query is then checked again against the ledger made with it.
+            budget = planned.guarantee
     # A preview spends nothing and never creates a ledger file: with a new --ledger it is checked
     # against the budget that file would get, in memory.
     session = open_session(None if args.preview and new_ledger else args.ledger)
@@ -357,7 +360,7 @@ def run_query(args: argparse.Namespace) -> int:
                 "remaining_after": None if preview.remaining_after is None else repr(preview.remaining_after),
                 "statistics": list(preview.statistics),
             }
-            print(json.dumps(_json_value(report), indent=2, allow_nan=False))
+            print(json.dumps(json_value(report), indent=2, allow_nan=False))
         else:
             print(preview)
         return 0
@@ -367,7 +370,7 @@ def run_query(args: argparse.Namespace) -> int:
     if args.json:
         summary: dict[str, Any] = result.to_dict()
         summary["remaining"] = repr(session.remaining)
-        print(json.dumps(_json_value(summary), indent=2, allow_nan=False))
+        print(json.dumps(json_value(summary), indent=2, allow_nan=False))
     else:
         unit = f"privacy unit {args.privacy_unit!r}" if args.privacy_unit else "privacy unit: one row"
         print(f"{session!r}\n{unit}; {result.description}\n")

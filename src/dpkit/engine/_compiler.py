@@ -143,8 +143,10 @@ def parse_request(
             return Request("laplace", None, dlt, None, targets, level)
         return Request("laplace", None, dlt, None, check_positive("accuracy", accuracy), level)
     if isinstance(budget, ZCDP):
-        if epsilon is not None or delta is not None:
+        if epsilon is not None:
             raise InvalidParameterError("epsilon", epsilon, "a zCDP budget is spent with rho=..., not epsilon/delta")
+        if dlt != 0:
+            raise InvalidParameterError("delta", delta, "must be 0 (or omitted) with a zCDP budget")
         if rho is None:
             raise InvalidParameterError("rho", rho, "give rho (> 0) for a zCDP budget")
         if mechanism == "laplace":
@@ -919,25 +921,39 @@ def compile_query(
     # Bounds: the aggregate's own, then the call's, then the session's.
     if bounds is not None and not isinstance(bounds, Mapping):
         raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
-    merged: dict[str, tuple[float, float] | str] = dict(context.bounds)
-    for column, value in (bounds or {}).items():
-        merged[column] = check_bounds_pair(f"bounds[{column!r}]", value)
+    # Keyed without case (column names match without case): the call's bounds replace the
+    # session's for the same column however either spells it; two spellings in one mapping are
+    # refused rather than one silently chosen.
+    merged: dict[str, tuple[str, tuple[float, float] | str]] = {}
+    for origin in (context.bounds, bounds or {}):
+        given: set[str] = set()
+        for column, value in origin.items():
+            key = str(column).casefold()
+            if key in given:
+                raise InvalidParameterError(
+                    "bounds", column, "names a column a second time (names match without case): give each column once"
+                )
+            given.add(key)
+            merged[key] = (str(column), check_bounds_pair(f"bounds[{column!r}]", value))
     known = {name.casefold() for name in context.columns}
     known.update(name.casefold() for table in context.public_tables.values() for name in table)
-    for column in merged:
-        if str(column).casefold() not in known:  # a misspelt name would leave its column unbounded
+    for key, (column, _) in merged.items():
+        if key not in known:  # a misspelt name would leave its column unbounded
             raise InvalidParameterError(
                 "bounds",
                 column,
                 f"is not a column of {context.table!r} or of a public table; columns: "
                 f"{', '.join(sorted(context.columns))}",
             )
-    bounds_name = spelling_resolver(list(merged))  # bounds={"income": ...} for a column Income
     resolved: dict[str, tuple[float, float] | str] = {}
     for name, aggregate in query.aggregates:
         if aggregate.kind not in NUMERIC_KINDS or aggregate.column is None:
             continue
-        value = aggregate.bounds if aggregate.bounds is not None else merged.get(bounds_name(aggregate.column))
+        value = (
+            aggregate.bounds
+            if aggregate.bounds is not None
+            else merged.get(aggregate.column.casefold(), (aggregate.column, None))[1]
+        )
         if value is None:
             raise InvalidParameterError(
                 "bounds",

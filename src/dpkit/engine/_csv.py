@@ -116,7 +116,8 @@ def _files(path: str) -> list[str]:
     return [path]
 
 
-def _header(path: str, delimiter: str) -> list[str]:
+def csv_header(path: str, delimiter: str) -> list[str]:
+    """The names in the first line of the CSV file ``path`` (nothing else is read)."""
     opener: Any = gzip.open if path.lower().endswith(".gz") else open
     try:
         with opener(path, "rb") as handle:  # the first line alone: later lines are never decoded here
@@ -144,7 +145,7 @@ def typed_csv_spec(
         files = _files(text)
         if not files:
             raise InvalidParameterError("path", text, "matches no file")
-        headers = [_header(file, delimiter) for file in files]
+        headers = [csv_header(file, delimiter) for file in files]
         if any(other != headers[0] for other in headers[1:]):
             raise InvalidParameterError("path", text, "its files have different header rows")
         header = headers[0]

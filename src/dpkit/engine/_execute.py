@@ -190,7 +190,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
     for statistic in compiled.statistics:
         if statistic.kind == "auto":
             bounds[statistic.column or ""] = _auto_bounds(compiled, statistic, backend, salt, rng)
-            split.append(_describe(compiled, statistic, compiled.mechanism(statistic, 1), None))
+            split.append(describe(compiled, statistic, compiled.mechanism(statistic, 1), None))
 
     plan = aggregation_plan(compiled, bounds, salt)
     result = backend.run(plan)
@@ -207,19 +207,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         kept = _in_key_order(keys, [i for i, value in enumerate(noisy) if value >= threshold])
         keys = [keys[i] for i in kept]
         values[chosen] = [float(noisy[i]) for i in kept]
-        split.append(
-            {
-                "statistic": "partition selection (persons)"
-                if chosen == "persons"
-                else "count of rows + partition selection",
-                "mechanism": f"{type(selector).__name__} + threshold {threshold}",
-                **compiled.selection_share,
-                "delta": float(compiled.selection_delta),
-                "sensitivity": float(selector.sensitivity),  # L1 (Laplace) or L2 (Gaussian)
-                "scale": float(selector.sigma if isinstance(selector, DiscreteGaussian) else selector.scale),
-                "half_width": float(selector.noise_quantile(compiled.request.alpha)),
-            }
-        )
+        split.append(selection_entry(compiled, selector, threshold))
         if len(keys) == 0:
             keys = []
     moment_index = {m.name: i for i, m in enumerate(plan.moments)}
@@ -242,7 +230,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
             exact = [float(v) * moment.unit_scale for v in integers]
         values[statistic.key] = mechanism.release(exact, rng) if keys else []
         half_widths[statistic.key] = mechanism.half_width(compiled.request.alpha)
-        split.append(_describe(compiled, statistic, mechanism, column_bounds))
+        split.append(describe(compiled, statistic, mechanism, column_bounds))
 
     for statistic in compiled.statistics:
         if statistic.kind != "hist":
@@ -267,24 +255,30 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
             )
             for level, drawn in zip(levels, _quantiles(mechanism, edges, weights, levels, rng), strict=True):
                 values[f"{statistic.key}@{level}"] += drawn
-        split.append(_describe(compiled, statistic, mechanism, (low, high)))
+        split.append(describe(compiled, statistic, mechanism, (low, high)))
     values.update({f"__hw:{k}": [v] for k, v in half_widths.items()})
     return Released(keys, values, bounds, split)
 
 
-def _describe(
-    compiled: CompiledQuery,
-    statistic: Statistic,
-    mechanism: VectorNoise | SelectionNoise,
-    bounds: tuple[float, float] | None,
-) -> dict[str, Any]:
-    share = compiled.shares[statistic.key]
-    l1, l2 = (
-        compiled.sensitivity(statistic, bounds)
-        if statistic.kind in ("rows", "persons", "hist", "auto") or bounds
-        else (math.nan, math.nan)
-    )
-    label = {
+def selection_entry(compiled: CompiledQuery, selector: Any, threshold: Any) -> dict[str, Any]:
+    """The budget-split row of partition selection (the release's, and the preview's)."""
+    return {
+        "statistic": "partition selection (persons)"
+        if compiled.selection_key == "persons"
+        else "count of rows + partition selection",
+        "mechanism": f"{type(selector).__name__} + threshold {threshold}",
+        **compiled.selection_share,
+        "delta": float(compiled.selection_delta),
+        "threshold": threshold,
+        "sensitivity": float(selector.sensitivity),  # L1 (Laplace) or L2 (Gaussian)
+        "scale": float(selector.sigma if isinstance(selector, DiscreteGaussian) else selector.scale),
+        "half_width": float(selector.noise_quantile(compiled.request.alpha)),
+    }
+
+
+def statistic_label(statistic: Statistic) -> str:
+    """How the budget split (and the preview) names a noisy statistic."""
+    return {
         "rows": "count of rows",
         "persons": "count of people",
         "sum": f"sum of {statistic.column}",
@@ -293,8 +287,23 @@ def _describe(
         "hist": f"quantiles of {statistic.column}",
         "auto": f"automatic bounds of {statistic.column}",
     }[statistic.kind]
+
+
+def describe(
+    compiled: CompiledQuery,
+    statistic: Statistic,
+    mechanism: VectorNoise | SelectionNoise,
+    bounds: tuple[float, float] | None,
+) -> dict[str, Any]:
+    """The budget-split row of one noisy statistic: mechanism, share, sensitivity, scale, half-width."""
+    share = compiled.shares[statistic.key]
+    l1, l2 = (
+        compiled.sensitivity(statistic, bounds)
+        if statistic.kind in ("rows", "persons", "hist", "auto") or bounds
+        else (math.nan, math.nan)
+    )
     entry: dict[str, Any] = {
-        "statistic": label,
+        "statistic": statistic_label(statistic),
         "mechanism": mechanism.name,
         "sensitivity": l2 if compiled.request.mode == "gaussian" else l1,
         "scale": mechanism.scale,
@@ -365,21 +374,24 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
             low, high = released.bounds[column]
             reach = (high - low) / 2
             h_n, h_s, h_q = half("rows", alpha / 3), half(f"csum:{column}", alpha / 3), half(f"csq:{column}", alpha / 3)
+            # The sample variance is the population one times n / (n - 1), a factor that falls with
+            # n: the interval takes it at the count interval's ends (the same event, no more alpha).
+            bessel = _bessel if aggregate.sample else (lambda n: 1.0)
             est, lo_list, hi_list = [], [], []
             for n, s, q in zip(values["rows"], values[f"csum:{column}"], values[f"csq:{column}"], strict=True):
                 n_used = max(n, 1.0)
                 variance = q / n_used + reach**2 / 2 - (s / n_used) ** 2
-                est.append(min(max(variance, 0.0), reach**2))
+                est.append(min(max(variance, 0.0), reach**2) * bessel(n_used))
                 if n + h_n < 1:
                     lo_list.append(0.0)
-                    hi_list.append(reach**2)
+                    hi_list.append(reach**2 * bessel(1.0))
                     continue
                 n_lo, n_hi = max(n - h_n, 1.0), max(n + h_n, 1.0)
                 second, means = _quotients(q, h_q, n_lo, n_hi), _quotients(s, h_s, n_lo, n_hi)
                 square_high = max(m * m for m in means)
                 square_low = 0.0 if min(means) <= 0 <= max(means) else min(m * m for m in means)
-                lo_list.append(min(max(min(second) + reach**2 / 2 - square_high, 0.0), reach**2))
-                hi_list.append(min(max(max(second) + reach**2 / 2 - square_low, 0.0), reach**2))
+                lo_list.append(min(max(min(second) + reach**2 / 2 - square_high, 0.0), reach**2) * bessel(n_hi))
+                hi_list.append(min(max(max(second) + reach**2 / 2 - square_low, 0.0), reach**2) * bessel(n_lo))
             if aggregate.kind == "stddev":
                 est, lo_list, hi_list = ([math.sqrt(v) for v in lst] for lst in (est, lo_list, hi_list))
             out[name], out[f"{name}_low"], out[f"{name}_high"] = est, lo_list, hi_list
@@ -393,6 +405,12 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
         else:  # pragma: no cover - every kind is handled above
             raise InternalError(f"unhandled aggregate {aggregate.kind}")
     return out
+
+
+def _bessel(n: float) -> float:
+    """n / (n - 1), the sample variance's factor over the population one; 2 below n = 2 (its largest
+    value for a real count, which is a whole number of rows and at least 2 for a sample variance)."""
+    return n / (n - 1) if n >= 2 else 2.0
 
 
 def _quotients(value: float, half: float, n_low: float, n_high: float) -> list[float]:

@@ -43,14 +43,19 @@ def mean(column: str, *, bounds: Bounds = None, weight: float = 1.0) -> Aggregat
     return Aggregate("mean", column, bounds, weight=weight)
 
 
-def variance(column: str, *, bounds: Bounds = None, weight: float = 1.0) -> Aggregate:
-    """Variance of ``column`` clamped to ``bounds``, from noisy count, sum and sum of squares."""
-    return Aggregate("variance", column, bounds, weight=weight)
+def variance(column: str, *, bounds: Bounds = None, weight: float = 1.0, sample: bool = False) -> Aggregate:
+    """Variance of ``column`` clamped to ``bounds``, from noisy count, sum and sum of squares.
+
+    The population variance (divided by n, SQL's VAR_POP) by default; ``sample=True`` divides by
+    n - 1 (SQL's VARIANCE and VAR_SAMP), with n the noisy bounded count (post-processing, free).
+    """
+    return Aggregate("variance", column, bounds, weight=weight, sample=sample)
 
 
-def stddev(column: str, *, bounds: Bounds = None, weight: float = 1.0) -> Aggregate:
-    """Standard deviation of ``column`` clamped to ``bounds`` (square root of the private variance)."""
-    return Aggregate("stddev", column, bounds, weight=weight)
+def stddev(column: str, *, bounds: Bounds = None, weight: float = 1.0, sample: bool = False) -> Aggregate:
+    """Standard deviation of ``column`` clamped to ``bounds`` (square root of the private variance;
+    ``sample=True`` for SQL's STDDEV / STDDEV_SAMP, the default is STDDEV_POP)."""
+    return Aggregate("stddev", column, bounds, weight=weight, sample=sample)
 
 
 def quantiles(column: str, levels: Sequence[float], *, bounds: Bounds = None, weight: float = 1.0) -> Aggregate:

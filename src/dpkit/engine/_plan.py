@@ -107,7 +107,8 @@ class Aggregate:
 
     ``bounds`` None means "use the session's or the call's bounds for this column"; the compiler
     refuses a numeric aggregate whose column has no bounds anywhere. ``weight`` is this
-    aggregate's share of the query budget relative to the others (default 1).
+    aggregate's share of the query budget relative to the others (default 1). ``sample`` (variance
+    and stddev only): divide by n - 1 (SQL's VARIANCE / VAR_SAMP) instead of n (VAR_POP).
     """
 
     kind: AggregateKind
@@ -115,6 +116,7 @@ class Aggregate:
     bounds: tuple[float, float] | str | None = None
     levels: tuple[float, ...] = ()
     weight: float = 1.0
+    sample: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in AGGREGATE_KINDS:
@@ -135,6 +137,12 @@ class Aggregate:
             object.__setattr__(self, "levels", tuple(dict.fromkeys(levels)))
         elif self.levels:
             raise InvalidParameterError("levels", self.levels, f"only quantiles take levels, not {self.kind}")
+        if not isinstance(self.sample, bool):
+            raise InvalidParameterError("sample", self.sample, "must be True or False")
+        if self.sample and self.kind not in ("variance", "stddev"):
+            raise InvalidParameterError(
+                "sample", self.sample, f"only variance and stddev take sample=, not {self.kind}"
+            )
         object.__setattr__(self, "weight", check_positive("weight", self.weight))
 
 
@@ -278,7 +286,8 @@ class Query:
         parts.append(
             "agg "
             + ", ".join(
-                f"{name}={a.kind}({a.column or ''}{', ' + ','.join(map(str, a.levels)) if a.levels else ''})"
+                f"{name}={a.kind}{'_samp' if a.sample else ''}"
+                f"({a.column or ''}{', ' + ','.join(map(str, a.levels)) if a.levels else ''})"
                 for name, a in self.aggregates
             )
         )

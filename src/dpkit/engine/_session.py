@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import threading
 from collections.abc import Mapping
@@ -30,8 +31,8 @@ from dpkit._errors import DPError, InvalidParameterError, QueryFailedError
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
-from dpkit.engine._csv import TypedCsv, typed_csv_spec
-from dpkit.engine._execute import combine, dry_run, execute, postprocess
+from dpkit.engine._csv import TypedCsv, csv_header, typed_csv_spec
+from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair, spelling_resolver
 from dpkit.engine._result import Preview, Result
@@ -128,6 +129,10 @@ class Session:
         if bounds is not None and not isinstance(bounds, Mapping):
             raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
         self._bounds = {str(c): check_bounds_pair(f"bounds[{c!r}]", v) for c, v in (bounds or {}).items()}
+        if len({column.casefold() for column in self._bounds}) < len(self._bounds):
+            raise InvalidParameterError(
+                "bounds", sorted(self._bounds), "names a column twice (names match without case): give each once"
+            )
         if contribution is not None and not isinstance(contribution, Contribution):
             raise InvalidParameterError("contribution", contribution, "must be a dpkit.engine.Contribution")
         self._contribution = contribution or Contribution()
@@ -386,11 +391,20 @@ class Session:
             ) from None
 
     def preview(self, query: QueryBuilder | Query | str, **cost: Any) -> Preview:
-        """Cost and expected error of ``query`` without reading data or spending budget."""
+        """Cost and expected error of ``query`` without reading data or spending budget.
+
+        The backend binds the query first (schema only, no rows), so a query that :meth:`release`
+        would refuse before its debit is refused here too. With private keys the number of groups is
+        known only after selection: a sum's scale and half-width are shown for one group, and the
+        release's grid term (see :class:`~dpkit.mechanisms.Laplace`) makes them at most a relative
+        2^-20 larger.
+        """
         cost = dict(cost)
         cost.pop("rng", None)
         with self._run_lock:
             compiled = self._compile(query, cost)
+            compiled.verify()
+            dry_run(compiled, self._backend)
         dimension = (
             len(compiled.query.keys) if compiled.query.keys is not None else (1 if compiled.public_keys else None)
         )
@@ -399,36 +413,15 @@ class Session:
             bounds = compiled.bounds.get(statistic.column or "") if statistic.column else None
             fixed = bounds if isinstance(bounds, tuple) else None
             if statistic.kind in ("sum", "csum", "csq") and fixed is None:
-                rows.append({"statistic": statistic.key, "mechanism": "depends on private bounds"})
+                rows.append({"statistic": statistic_label(statistic), "mechanism": "depends on private bounds"})
                 continue
             if statistic.key == compiled.selection_key and compiled.selection_epsilon is not None:
-                mechanism = compiled.selection_mechanism(dimension or 1)
-                rows.append(
-                    {
-                        "statistic": f"{statistic.key} (partition selection)",
-                        "mechanism": f"{type(mechanism).__name__} + threshold",
-                        **compiled.selection_share,
-                        "delta": float(compiled.selection_delta),
-                        "threshold": compiled.selection_threshold(mechanism),
-                        "expected_error": float(mechanism.expected_error),
-                        "half_width": float(mechanism.noise_quantile(compiled.request.alpha)),
-                    }
-                )
+                selector = compiled.selection_mechanism(dimension or 1)
+                entry = selection_entry(compiled, selector, compiled.selection_threshold(selector))
+                rows.append({**entry, "expected_error": float(selector.expected_error)})
                 continue
             noise = compiled.mechanism(statistic, dimension or 1, fixed)
-            share_name = "epsilon" if compiled.request.mode == "laplace" else "rho"
-            l1, l2 = compiled.sensitivity(statistic, fixed)
-            rows.append(
-                {
-                    "statistic": statistic.key,
-                    "mechanism": noise.name,
-                    share_name: float(compiled.shares[statistic.key]),
-                    "sensitivity": l1 if compiled.request.mode == "laplace" else l2,
-                    "scale": noise.scale,
-                    "expected_error": noise.expected_error,
-                    "half_width": noise.half_width(compiled.request.alpha),
-                }
-            )
+            rows.append({**describe(compiled, statistic, noise, fixed), "expected_error": noise.expected_error})
         remaining_after = self._ledger.remaining_after(compiled.cost)
         affordable = remaining_after is not None
         return Preview(
@@ -517,6 +510,7 @@ def _open(
         elif isinstance(source, pa.RecordBatch):
             source = pa.Table.from_batches([source])
     try:
+        _refuse_names_alike(source, kind)
         if public:
             backend.register(name, source, kind, public=True)
         else:
@@ -529,9 +523,7 @@ def _open(
     except DPError:
         raise
     except Exception as error:  # noqa: BLE001 - any engine's reader error
-        if isinstance(source, TypedCsv):
-            source = source.path
-        shown = os.fspath(source) if isinstance(source, str | os.PathLike) else f"<{type(source).__name__}>"
+        shown = _shown(source)
         reason = (str(error).strip().splitlines() or [""])[0]
         raise InvalidParameterError(
             parameter,
@@ -547,6 +539,77 @@ def _existing(path: str | os.PathLike[str]) -> str | os.PathLike[str]:
     if not any(ch in text for ch in "*?[") and not Path(text).exists():
         raise InvalidParameterError("path", text, "no such file")
     return path
+
+
+def _refuse_names_alike(source: object, kind: str) -> None:
+    """Refuse a source two of whose columns are named alike without case (``ID`` and ``id``, or one
+    name twice).
+
+    Queries, bounds and the privacy unit name columns without case, as DuckDB and Spark do; DuckDB
+    renames the second such column (``id_1``), so ``privacy_unit="id"`` read the other column, ``ID``,
+    and a person with 100 rows counted as 100 people. Only the names are read (a file's header or
+    schema), never a row.
+    """
+    names = _source_names(source, kind)
+    seen: dict[str, str] = {}
+    for column in names or ():
+        key = column.casefold()
+        if key in seen:
+            first = seen[key]
+            raise InvalidParameterError(
+                "source",
+                _shown(source),
+                (
+                    f"it names column {column!r} twice"
+                    if first == column
+                    else f"its columns {first!r} and {column!r} have the same name without case"
+                )
+                + "; queries, bounds and "
+                "the privacy unit name columns without case (as DuckDB and Spark do), so one would be read "
+                "for the other: rename one",
+            )
+        seen[key] = column
+
+
+def _source_names(source: object, kind: str) -> list[str] | None:
+    """The column names as ``source`` itself declares them (before any engine renames one); None
+    where they cannot be read apart from the engine (a declared-types CSV checks its own header)."""
+    if kind in ("pandas", "spark"):
+        return [str(column) for column in getattr(source, "columns", ())]
+    if kind == "arrow":
+        schema = getattr(source, "schema", None)
+        return [str(column) for column in getattr(schema, "names", ())]
+    if kind == "polars":
+        collect_schema = getattr(source, "collect_schema", None)
+        return [str(column) for column in (collect_schema().names() if collect_schema else source.columns)]  # type: ignore[attr-defined]
+    if kind not in ("parquet", "csv") or isinstance(source, TypedCsv):
+        return None
+    text = os.fspath(source)  # type: ignore[call-overload]
+    files = sorted(glob.glob(text)) if any(ch in text for ch in "*?[") else [text]
+    if not files or not os.path.isfile(files[0]):
+        return None  # the backend refuses it, naming the path
+    try:
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return [str(column) for column in pq.read_schema(files[0]).names]
+        import duckdb
+
+        from dpkit.engine._aggregation import _literal
+
+        with duckdb.connect() as connection:  # the dialect DuckDB reads the file with
+            dialect = connection.execute(f"SELECT Delimiter, HasHeader FROM sniff_csv({_literal(files[0])})").fetchone()
+        return csv_header(files[0], str(dialect[0])) if dialect and dialect[1] else None
+    except InvalidParameterError:
+        return None
+    except Exception:  # noqa: BLE001 - an unreadable file: the backend refuses it, naming the path
+        return None
+
+
+def _shown(source: object) -> str:
+    if isinstance(source, TypedCsv):
+        source = source.path
+    return os.fspath(source) if isinstance(source, str | os.PathLike) else f"<{type(source).__name__}>"
 
 
 def _stem(path: str | os.PathLike[str]) -> str:

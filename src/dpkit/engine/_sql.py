@@ -64,15 +64,17 @@ _REFUSED_CLAUSES: dict[str, tuple[str, str]] = {
 
 _CLAUSE_OF_ARG = {"expressions": "SELECT", "from_": "FROM", "joins": "JOIN", "where": "WHERE", "group": "GROUP BY"}
 
-# Aggregate functions with one plain-column argument: sqlglot class -> (kind, default-name prefix).
-_SIMPLE_AGGREGATES: dict[type[exp.Expr], tuple[AggregateKind, str]] = {
-    exp.Sum: ("sum", "sum"),
-    exp.Avg: ("mean", "avg"),
-    exp.Variance: ("variance", "variance"),
-    exp.VariancePop: ("variance", "variance"),
-    exp.Stddev: ("stddev", "stddev"),
-    exp.StddevSamp: ("stddev", "stddev"),
-    exp.StddevPop: ("stddev", "stddev"),
+# Aggregate functions with one plain-column argument: sqlglot class -> (kind, default-name prefix,
+# sample). VARIANCE and STDDEV are the sample forms (divided by n - 1), as in DuckDB, Spark and
+# the SQL standard; VAR_POP and STDDEV_POP divide by n.
+_SIMPLE_AGGREGATES: dict[type[exp.Expr], tuple[AggregateKind, str, bool]] = {
+    exp.Sum: ("sum", "sum", False),
+    exp.Avg: ("mean", "avg", False),
+    exp.Variance: ("variance", "variance", True),
+    exp.VariancePop: ("variance", "variance", False),
+    exp.Stddev: ("stddev", "stddev", True),
+    exp.StddevSamp: ("stddev", "stddev", True),
+    exp.StddevPop: ("stddev", "stddev", False),
 }
 # Quantile functions written ``f(col, levels)``: sqlglot class -> the argument holding the levels.
 _QUANTILE_FUNCTIONS: dict[type[exp.Expr], str] = {
@@ -593,7 +595,7 @@ def _aggregate(node: exp.Expr, qualifiers: set[str], privacy_unit: str | None) -
     if isinstance(node, exp.Anonymous) and node.name.upper() == "MEAN":
         if len(node.expressions) != 1:
             raise UnsupportedSQLError("SELECT", fragment, "MEAN takes one column")
-        return _numeric(("mean", "avg"), node.expressions[0], node, qualifiers)
+        return _numeric(("mean", "avg", False), node.expressions[0], node, qualifiers)
     simple = _SIMPLE_AGGREGATES.get(type(node))
     if simple is not None:
         return _numeric(simple, node.this, node, qualifiers)
@@ -672,11 +674,11 @@ def _count(node: exp.Count, qualifiers: set[str], privacy_unit: str | None) -> t
 
 
 def _numeric(
-    simple: tuple[AggregateKind, str], argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]
+    simple: tuple[AggregateKind, str, bool], argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]
 ) -> tuple[Aggregate, str]:
-    kind, prefix = simple
+    kind, prefix, sample = simple
     column = _argument_column(argument, node, qualifiers)
-    return Aggregate(kind, column), f"{prefix}_{column}"
+    return Aggregate(kind, column, sample=sample), f"{prefix}_{column}"
 
 
 def _function_name(node: exp.Expr) -> str:

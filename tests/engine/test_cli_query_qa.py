@@ -89,3 +89,27 @@ def test_an_empty_table_name_is_refused(data: Path) -> None:
 def test_rho_with_delta_zero_is_a_zcdp_query(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(str(data), "SELECT COUNT(*) AS n FROM people", "--rho", "0.5", "--delta", "0", "--json") == 0
     assert "ZCDP" in json.loads(capsys.readouterr().out)["guarantee"]
+
+
+def test_refusals_name_the_command_line_option(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(str(data), "SELECT SUM(income) AS s FROM people", "--epsilon", "1") == 2
+    assert "--bounds income=LOW:HIGH" in capsys.readouterr().err
+    assert _run(str(data), "SELECT COUNT(*) AS n FROM people", "--table", "1x", "--epsilon", "1") == 2
+    assert capsys.readouterr().err.startswith("dpkit: --table:")
+
+
+def test_auto_bounds_from_the_command_line(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    sql = "SELECT SUM(income) AS s FROM people"
+    args = ["--privacy-unit", "person_id", "--bounds", "income=auto", "--epsilon", "1", "--delta", "1e-6", "--json"]
+    assert _run(str(data), sql, *args) == 0
+    assert "automatic bounds of income" in capsys.readouterr().out
+
+
+def test_the_header_spells_the_privacy_unit_as_the_schema_and_tiny_alpha_is_not_100(
+    data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["--privacy-unit", "PERSON_ID", "--keys", "region=North", "--epsilon", "5", "--alpha", "1e-9"]
+    assert _run(str(data), SQL, *args) == 0
+    out = capsys.readouterr().out
+    assert "privacy unit 'person_id'" in out
+    assert "99.9999999% intervals" in out

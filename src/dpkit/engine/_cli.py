@@ -49,7 +49,11 @@ def add_query_parser(commands: Any) -> None:
     query.add_argument("--table", help="the table's name in the SQL (default: the file's stem)")
     query.add_argument("--privacy-unit", metavar="COLUMN", help="the column that identifies a person (default: a row)")
     query.add_argument(
-        "--bounds", metavar="COL=LO:HI", action="append", default=[], help="clamping bounds (repeatable)"
+        "--bounds",
+        metavar="COL=LO:HI",
+        action="append",
+        default=[],
+        help="clamping bounds (repeatable); COL=auto estimates them privately (charged)",
     )
     query.add_argument(
         "--types",
@@ -104,19 +108,26 @@ def _number(parameter: str, text: str) -> float:
         raise InvalidParameterError(parameter, text, "must be a number") from None
 
 
-def parse_bounds(items: list[str]) -> dict[str, tuple[float, float]]:
-    """``["income=0:200000", "age=-1:120"]`` -> ``{"income": (0.0, 200000.0), "age": (-1.0, 120.0)}``.
+def parse_bounds(items: list[str]) -> dict[str, tuple[float, float] | str]:
+    """``["income=0:200000", "age=-1:120"]`` -> ``{"income": (0.0, 200000.0), "age": (-1.0, 120.0)}``;
+    ``COLUMN=auto`` asks for private automatic bounds (charged to the query).
 
     >>> parse_bounds(["income=0:2e5", "t=-10:40"])
     {'income': (0.0, 200000.0), 't': (-10.0, 40.0)}
     """
-    bounds: dict[str, tuple[float, float]] = {}
+    bounds: dict[str, tuple[float, float] | str] = {}
     for item in items:
         column, equals, interval = item.partition("=")
         low, colon, high = interval.partition(":")
-        if not equals or not colon or not column:
-            raise InvalidParameterError("--bounds", item, "must be COLUMN=LOW:HIGH, e.g. income=0:200000")
-        pair = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
+        pair: tuple[float, float] | str
+        if equals and column and interval.strip().lower() == "auto":
+            pair = "auto"  # estimated privately by the query (charged)
+        elif not equals or not colon or not column:
+            raise InvalidParameterError(
+                "--bounds", item, "must be COLUMN=LOW:HIGH, e.g. income=0:200000, or COLUMN=auto"
+            )
+        else:
+            pair = (_number(f"--bounds {column}", low), _number(f"--bounds {column}", high))
         if column.casefold() in {name.casefold() for name in bounds}:
             raise InvalidParameterError(
                 "--bounds", item, f"gives {column!r} twice (names match without case); give each column once"
@@ -286,8 +297,51 @@ class _ProgressBar:
             self._shown = True
 
 
+# The Session / query parameter each command-line option sets, for error messages.
+_OPTION_OF = {
+    "name": "--table",
+    "privacy_unit": "--privacy-unit",
+    "epsilon": "--epsilon",
+    "delta": "--delta",
+    "rho": "--rho",
+    "accuracy": "--accuracy",
+    "alpha": "--alpha",
+    "mechanism": "--mechanism",
+    "budget": "--budget",
+    "ledger": "--ledger",
+    "ledger_anchor": "--anchor",
+    "keys": "--keys",
+    "rows_per_group": "--rows-per-group",
+    "groups_per_person": "--groups-per-person",
+    "analyst": "--analyst",
+    "backend": "--backend",
+    "source": "DATA",
+}
+
+
 def run_query(args: argparse.Namespace) -> int:
-    """Run ``dpkit query`` with parsed arguments; print the result; return the exit status."""
+    """Run ``dpkit query`` with parsed arguments; print the result; return the exit status.
+
+    A refusal names the command-line option (``--table``, not the API's ``name``) and, for a column
+    without clamping bounds, the ``--bounds COLUMN=LOW:HIGH`` that fixes it.
+    """
+    try:
+        return _run_query(args)
+    except InvalidParameterError as error:
+        if error.name == "bounds" and "needs clamping bounds" in error.allowed:
+            raise InvalidParameterError(
+                "--bounds",
+                error.value,
+                f"column {error.value!r} needs clamping bounds: pass --bounds {error.value}=LOW:HIGH "
+                f"(or {error.value}=auto to estimate them privately, charged)",
+            ) from None
+        option = _OPTION_OF.get(error.name) or ("--bounds" if error.name.startswith("bounds") else None)
+        if option is None:
+            raise
+        raise InvalidParameterError(option, error.value, error.allowed) from None
+
+
+def _run_query(args: argparse.Namespace) -> int:
     from dpkit.engine._result import json_value
     from dpkit.engine._session import Session, _stem
 
@@ -372,7 +426,7 @@ def run_query(args: argparse.Namespace) -> int:
         summary["remaining"] = repr(session.remaining)
         print(json.dumps(json_value(summary), indent=2, allow_nan=False))
     else:
-        unit = f"privacy unit {args.privacy_unit!r}" if args.privacy_unit else "privacy unit: one row"
+        unit = f"privacy unit {session.privacy_unit!r}" if session.privacy_unit else "privacy unit: one row"
         print(f"{session!r}\n{unit}; {result.description}\n")
         print(result)
         print(f"remaining budget: {session.remaining}")

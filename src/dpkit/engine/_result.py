@@ -383,7 +383,7 @@ class Result:
         )
         return (
             f"{_format_table(self.columns)}\n"
-            f"spent {self.guarantee}; {int(round((1 - self.alpha) * 100))}% intervals; {limits}\n"
+            f"spent {self.guarantee}; {_level_text(self.alpha)} intervals; {limits}\n"
             f"split: {split}"
         )
 
@@ -432,3 +432,14 @@ class Preview:
         columns = {n: [s.get(n, "") for s in self.statistics] for n in names}
         verdict = "fits the remaining budget" if self.affordable else "EXCEEDS the remaining budget"
         return f"cost {self.guarantee} ({verdict})\n{_format_table(columns)}"
+
+
+def _level_text(alpha: float) -> str:
+    """The intervals' confidence 1 - alpha as a percentage, with as many digits as alpha needs:
+    ``95%`` for 0.05, ``99.9%`` for 0.001, ``99.9999999%`` for 1e-9 (never a rounded ``100%``)."""
+    for digits in range(0, 16):
+        text = f"{(1 - alpha) * 100:.{digits}f}"
+        if 0 < float(text) < 100 and abs(float(text) / 100 - (1 - alpha)) <= min(alpha, 1 - alpha) / 100:
+            return f"{text}%"
+    return f"1 - {alpha:g}"
+

@@ -478,6 +478,11 @@ class Session:
             group_types=dict(compiled.group_types),
         )
 
+    @property
+    def privacy_unit(self) -> str | None:
+        """The column that identifies a person, as the schema spells it (None: each row is one)."""
+        return self._privacy_unit
+
     def progress(self) -> float | None:
         """Fraction done of the backend query running now (call it from another thread), or None.
 

@@ -558,8 +558,30 @@ class DuckDBBackend:
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
         with self._key_table(plan) as key_table:
-            rows = self._connection.execute(render_sql(plan, key_table)).fetchall()
+            sql = render_sql(plan, key_table)
+            nanos = [] if plan.indexed_keys or not plan.groups else self._nanosecond_keys(sql, len(plan.groups))
+            if nanos:
+                from dpkit.engine._aggregation import _quote
+
+                text = ", ".join(f"CAST({_quote(name)} AS VARCHAR) AS {_quote(name)}" for _, name in nanos)
+                sql = f"SELECT * REPLACE ({text}) FROM ({sql}) AS __ns"
+            rows = self._connection.execute(sql).fetchall()
+        if nanos:
+            import pandas as pd
+
+            positions = [position for position, _ in nanos]
+            rows = [
+                tuple(pd.Timestamp(v) if i in positions and v is not None else v for i, v in enumerate(row))
+                for row in rows
+            ]
         return _collect(rows, plan)
+
+    def _nanosecond_keys(self, sql: str, width: int) -> list[tuple[int, str]]:
+        """The group key columns of ``sql`` typed TIMESTAMP_NS (position, name): DuckDB hands them to
+        Python as datetimes, cut to the microsecond, so two groups a nanosecond apart showed one key.
+        They are read as text and parsed to pandas Timestamps (binding only: no rows read here)."""
+        described = self._connection.execute("DESCRIBE " + sql).fetchall()[:width]
+        return [(i, str(row[0])) for i, row in enumerate(described) if str(row[1]).upper() == "TIMESTAMP_NS"]
 
     def check(self, plan: AggregationPlan) -> None:
         """Bind and plan ``plan`` without reading rows (EXPLAIN); raises what running it would on schema errors."""

@@ -19,6 +19,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Callable
 from fractions import Fraction
 from typing import TYPE_CHECKING, Any
@@ -229,14 +230,17 @@ def _account(args: argparse.Namespace) -> int:
     for name, factory in factories.items():
         start = time.perf_counter()
         accountant = factory()
-        if not accountant.supports(event):
-            rows.append({"accountant": name, "supported": False})
-            continue
-        # One accountant refusing (PLD at 10^12 steps) or failing must not hide what the others say.
+        # One accountant refusing (PLD at 10^12 steps) or failing, even in supports() (an extreme
+        # noise multiplier), must not hide what the others say: each outcome stays on its own row.
         outcome: dict[str, Any]
         try:
-            accountant.compose(event)
-            value = accountant.epsilon(delta) if delta is not None else accountant.delta(args.epsilon)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # float warnings: the row shows the outcome
+                if not accountant.supports(event):
+                    rows.append({"accountant": name, "supported": False})
+                    continue
+                accountant.compose(event)
+                value = accountant.epsilon(delta) if delta is not None else accountant.delta(args.epsilon)
             outcome = {what: float(value)}
         except DPError as error:
             outcome = {what: None, "error": str(error)}

@@ -15,6 +15,7 @@ accuracy), validates them at construction, and then offers:
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -32,6 +33,7 @@ __all__ = [
     "NumericMechanism",
     "check_alpha",
     "check_integer_values",
+    "check_noise_range",
     "check_unmasked",
     "guarantee_implies",
 ]
@@ -43,6 +45,27 @@ MAX_INTEGER_VALUE = 2**62
 def check_alpha(alpha: Any) -> float:
     """alpha of a confidence interval: a probability strictly between 0 and 1."""
     return check_probability("alpha", alpha, open_low=True, open_high=True)
+
+
+#: The grid mechanisms (Laplace, Gaussian, Staircase and the selection mechanisms) calibrate for
+#: sensitivities in [2**-1000, 2**1000] and epsilons of at least 2**-60: beyond, their grid arithmetic
+#: (2^k steps, e^{-1/scale}, tail sums) leaves the float range. Some also cap epsilon (e^epsilon).
+_SENSITIVITY_RANGE = (2.0**-1000, 2.0**1000)
+_SMALLEST_EPSILON = 2.0**-60
+
+
+def check_noise_range(sensitivity: float, epsilon: float, *, largest_epsilon: float = math.inf) -> None:
+    """Refuse an already validated ``sensitivity`` outside [2**-1000, 2**1000] or ``epsilon`` outside
+    [2**-60, ``largest_epsilon``], the range the grid mechanisms calibrate for, naming the parameter
+    at fault (an :class:`~dpkit.InvalidParameterError`, never an OverflowError)."""
+    low, high = _SENSITIVITY_RANGE
+    if not low <= sensitivity <= high:
+        raise InvalidParameterError(
+            "sensitivity", sensitivity, "must lie in [2**-1000, 2**1000] (about 9.3e-302 to 1.07e301)"
+        )
+    if not _SMALLEST_EPSILON <= epsilon <= largest_epsilon:
+        top = "" if math.isinf(largest_epsilon) else f" and at most {largest_epsilon:g}"
+        raise InvalidParameterError("epsilon", epsilon, f"must be at least 2**-60 (about 8.7e-19){top} here")
 
 
 def check_unmasked(name: str, value: Any) -> None:

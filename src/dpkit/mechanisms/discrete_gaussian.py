@@ -23,6 +23,7 @@ continuous Gaussian. The noise itself is exact (:func:`dpkit.noise.discrete_gaus
 from __future__ import annotations
 
 import math
+import sys
 from fractions import Fraction
 from typing import Any
 
@@ -48,6 +49,16 @@ _MIN_DELTA = 1e-200
 _SUM_MARGIN = 1e-9
 
 
+def _half_square_over(x: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
+    """x^2 / (2 sigma^2); for sigma below ~1e-154 (2 sigma^2 underflows to 0) as (x / sigma)^2 / 2, so
+    that x = 0 gives 0 (weight 1), not 0 / 0."""
+    denominator = 2.0 * sigma * sigma
+    with np.errstate(over="ignore"):  # an infinite exponent is a weight of 0, as it should be
+        if denominator > 0:
+            return (x * x) / denominator  # type: ignore[no-any-return]
+        return np.square(x / sigma) / 2.0  # type: ignore[no-any-return]
+
+
 class _HalfWeights:
     """Unnormalized weights w(x) = exp(-x^2 / (2 sigma^2)), x = 0..L, with tail sums from the top."""
 
@@ -56,7 +67,7 @@ class _HalfWeights:
             raise InternalError(f"sigma {sigma} too large for term-by-term sums")
         self.limit = int(math.ceil(40 * sigma)) + reach + 2
         x = np.arange(self.limit + 1, dtype=np.float64)
-        weights = np.exp(-(x * x) / (2.0 * sigma * sigma))
+        weights = np.exp(-_half_square_over(x, sigma))
         # tails[k] = sum_{x >= k} w(x), summed from the smallest terms up.
         self.tails = np.cumsum(weights[::-1])[::-1]
         self.total = 2.0 * float(self.tails[0]) - 1.0  # sum over all integers
@@ -116,7 +127,10 @@ def discrete_gaussian_delta(sigma: float, epsilon: float | Fraction, sensitivity
     # X > a  <=>  X >= floor(a) + 1 for integer X.
     first = math.floor(centre - Fraction(delta_int, 2)) + 1
     second = math.floor(centre + Fraction(delta_int, 2)) + 1
-    value = weights.probability_at_least(first) - math.exp(float(eps)) * weights.probability_at_least(second)
+    upper = weights.probability_at_least(second)
+    # e^eps P[X >= second] in log space: e^eps alone overflows for epsilon above ~709.
+    log_term = float(eps) + math.log(upper) if upper > 0 else -math.inf
+    value = weights.probability_at_least(first) - (math.exp(log_term) if log_term < 700 else math.inf)
     return max(0.0, value)
 
 
@@ -129,7 +143,7 @@ def _calibrate_sigma(epsilon: Fraction, delta: float, sensitivity: int) -> float
     eps = float(epsilon)
     # Start from the classical bound and bracket by doubling / halving.
     guess = sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / eps
-    high = max(guess, 1e-3)
+    high = min(max(guess, 1e-3), _MAX_SUMMED_SIGMA)  # a tiny epsilon gives an infinite guess
     while not ok(high):
         high *= 2
         if high > _MAX_SUMMED_SIGMA:
@@ -196,6 +210,12 @@ class DiscreteGaussian(NumericMechanism):
         if sigma is not None:
             self._sigma = check_positive("sigma", sigma)
             self._claimed_rho = self._sensitivity_exact**2 / (2 * Fraction(self._sigma) ** 2)
+            if self._claimed_rho > Fraction(sys.float_info.max):
+                raise InvalidParameterError(
+                    "sigma",
+                    sigma,
+                    f"gives rho = sensitivity^2 / (2 sigma^2) above the largest float (sensitivity {sensitivity})",
+                )
         elif rho is not None:
             rho_value = check_positive("rho", rho)
             self._claimed_rho = as_fraction(rho_value)
@@ -215,13 +235,26 @@ class DiscreteGaussian(NumericMechanism):
             self._sigma = _calibrate_sigma(as_fraction(self._epsilon), self._delta, integer_sensitivity)
             self._claimed_rho = self._sensitivity_exact**2 / (2 * Fraction(self._sigma) ** 2)
         if self._sigma > MAX_SCALE:
+            if rho is not None:
+                raise InvalidParameterError(
+                    "rho", rho, f"gives sigma {self._sigma:g} above the sampler's limit {MAX_SCALE:g}"
+                )
             raise InvalidParameterError("sigma", self._sigma, f"must be at most {MAX_SCALE:g}")
         self._cache: dict[str, Any] = {}
 
     def _sigma_for_rho(self, rho: Fraction) -> float:
-        # sigma^2 >= Delta^2 / (2 rho), checked exactly on the float sigma.
+        """The smallest float sigma with sigma^2 >= Delta^2 / (2 rho) (checked exactly); inf beyond the
+        float range (a subnormal rho), for the caller's limit check to refuse."""
         target = self._sensitivity_exact**2 / (2 * rho)
-        sigma = math.sqrt(float(target))
+        # sqrt(target) to a few ulps, with the exponent split off (target itself can leave the float range).
+        shift = (target.numerator.bit_length() - target.denominator.bit_length()) // 2
+        scaled = target / Fraction(4) ** shift  # in [1/16, 16]
+        try:
+            sigma = math.ldexp(math.sqrt(float(scaled)), shift)
+        except OverflowError:
+            return math.inf
+        while sigma > 0 and Fraction(math.nextafter(sigma, 0.0)) ** 2 >= target:
+            sigma = math.nextafter(sigma, 0.0)
         while Fraction(sigma) ** 2 < target:
             sigma = math.nextafter(sigma, math.inf)
         return sigma
@@ -313,7 +346,7 @@ class DiscreteGaussian(NumericMechanism):
         values = np.asarray(z, dtype=np.float64)
         weights = self._weights()
         total = weights.total if weights is not None else self._sigma * math.sqrt(2 * math.pi)
-        return np.exp(-(values * values) / (2 * self._sigma**2)) / total
+        return np.exp(-_half_square_over(values, self._sigma)) / total
 
     def tail_probability(self, h: int) -> float:
         """P(|X| > h) for an integer h >= 0.
@@ -342,7 +375,7 @@ class DiscreteGaussian(NumericMechanism):
         if weights is None:
             return 2 * (self._sigma**2 - 1 / 12) / (self._sigma * math.sqrt(2 * math.pi))
         x = np.arange(1, weights.limit + 1, dtype=np.float64)
-        return float(2 * np.sum((x * np.exp(-(x * x) / (2 * self._sigma**2)))[::-1]) / weights.total)
+        return float(2 * np.sum((x * np.exp(-_half_square_over(x, self._sigma)))[::-1]) / weights.total)
 
     @property
     def variance(self) -> float:
@@ -351,7 +384,7 @@ class DiscreteGaussian(NumericMechanism):
         if weights is None:
             return self._sigma**2
         x = np.arange(1, weights.limit + 1, dtype=np.float64)
-        return float(2 * np.sum((x * x * np.exp(-(x * x) / (2 * self._sigma**2)))[::-1]) / weights.total)
+        return float(2 * np.sum((x * x * np.exp(-_half_square_over(x, self._sigma)))[::-1]) / weights.total)
 
     def __repr__(self) -> str:
         if self._epsilon is not None:

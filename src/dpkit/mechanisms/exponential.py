@@ -43,7 +43,7 @@ from dpkit._errors import InternalError, InvalidParameterError
 from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP
-from dpkit.mechanisms._base import Mechanism
+from dpkit.mechanisms._base import Mechanism, check_noise_range
 from dpkit.noise import RandomSource, bernoulli_exp, grid_exponent, resolve_source, uniform_integers
 
 __all__ = ["Exponential"]
@@ -236,7 +236,8 @@ def sample_exponential_rows(gaps: NDArray[np.int64], rate: float, rng: RandomSou
 class GridSelectionMechanism(Mechanism):
     """Common state and privacy accounting of the mechanisms run on a public :class:`SelectionGrid`.
 
-    Privacy contract: a subclass validates ``sensitivity`` (Delta > 0) and ``epsilon`` (> 0)
+    Privacy contract: a subclass validates ``sensitivity`` (Delta in [2**-1000, 2**1000]) and
+    ``epsilon`` (in [2**-60, 1024], see :func:`~dpkit.mechanisms._base.check_noise_range`)
     here before any other parameter, then calls :meth:`_calibrate` once all its parameters are
     valid, and calibrates its rate or noise to U = floor(Delta / 2^k) + 1 grid units (the
     effective sensitivity U 2^k) rounded toward safety, so that one release (for
@@ -252,6 +253,7 @@ class GridSelectionMechanism(Mechanism):
     def __init__(self, sensitivity: float, epsilon: float) -> None:
         self._sensitivity = check_positive("sensitivity", sensitivity)
         self._epsilon = check_epsilon(epsilon)
+        check_noise_range(self._sensitivity, self._epsilon)
         self._epsilon_exact = as_fraction(self._epsilon)
 
     def _calibrate(self, noise_scale: float) -> None:

@@ -35,6 +35,7 @@ claim is proved for the discrete law itself:
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 from typing import Any
 
@@ -47,7 +48,7 @@ from dpkit._search import first_true
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
 from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like, stack_like
 from dpkit.noise import RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
 
@@ -289,6 +290,8 @@ class Gaussian(NumericMechanism):
         self.sensitivity = check_positive("sensitivity", sensitivity)
         self.epsilon = check_epsilon(epsilon)
         self.delta = check_delta(delta, allow_zero=False)
+        if self.delta < sys.float_info.min:  # a subnormal delta: its log-space calibration loses every digit
+            raise InvalidParameterError("delta", delta, f"must be at least {sys.float_info.min:g} (a normal float)")
         if calibration not in _CALIBRATIONS:
             raise InvalidParameterError("calibration", calibration, "must be 'analytic' or 'classic'")
         self.calibration = calibration
@@ -300,6 +303,7 @@ class Gaussian(NumericMechanism):
                 "must be < 1 for calibration='classic' (the classic theorem holds for "
                 "epsilon < 1); use calibration='analytic'",
             )
+        check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=2.0**300)  # e^epsilon s in log_ndtr
         warn_if_risky(self.epsilon, delta=self.delta)
         nominal = (
             analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InvalidParameterError
+from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._lazy import LazyModule
+from dpkit._search import first_true
 from dpkit._validation import (
     as_fraction,
     check_epsilon,
@@ -64,11 +66,25 @@ def _check_flag(name: str, value: Any) -> bool:
 
 
 def _scale_up(value: Fraction) -> float:
-    """The smallest float >= value (a noise scale must never fall below its exact value)."""
-    scale = float(value)
+    """The smallest float >= value (a noise scale must never fall below its exact value); inf beyond
+    the float range (a subnormal epsilon), for the caller's limit check to refuse."""
+    try:
+        scale = float(value)
+    except OverflowError:
+        return math.inf
     if Fraction(scale) < value:
         scale = math.nextafter(scale, math.inf)
     return scale
+
+
+def _smallest_epsilon(sensitivity: int) -> float:
+    """The least float epsilon whose noise scale (sensitivity / epsilon, rounded up) is within MAX_SCALE."""
+    epsilon = sensitivity / MAX_SCALE
+    while _scale_up(Fraction(sensitivity) / as_fraction(epsilon)) > MAX_SCALE:
+        epsilon = math.nextafter(epsilon, math.inf)
+    while _scale_up(Fraction(sensitivity) / as_fraction(math.nextafter(epsilon, 0.0))) <= MAX_SCALE:
+        epsilon = math.nextafter(epsilon, 0.0)
+    return epsilon
 
 
 def _as_output(array: NDArray[np.int64], scalar: bool) -> Any:
@@ -116,6 +132,12 @@ class DiscreteLaplace(NumericMechanism):
             raise InvalidParameterError(
                 "epsilon", epsilon, f"gives noise scale {self._scale:g} above the sampler's limit {MAX_SCALE:g}"
             )
+        if self._constant_time and self._timing_delta(self._epsilon_exact) >= 1:
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                "is so large that the constant-time delta (1 + e^epsilon) * dimension * tau reaches 1",
+            )
 
     # -- parameters --------------------------------------------------------------------------
 
@@ -145,6 +167,8 @@ class DiscreteLaplace(NumericMechanism):
 
     def _timing_delta(self, epsilon: Fraction) -> Fraction:
         tau = constant_time_tv_bound(self._scale, "discrete_laplace")
+        if float(epsilon) > 700:  # e^epsilon overflows; tau >= 2^-40, so the delta is far above 1
+            return Fraction(1)
         return Fraction(round_up((1.0 + math.exp(float(epsilon))) * self._dimension * tau, 8))
 
     def privacy_map(self, d_in: float) -> PureDP | ApproxDP:  # type: ignore[override]
@@ -211,12 +235,9 @@ class DiscreteLaplace(NumericMechanism):
         q = self.q
         # P(|Z| > h) = 2 q^(h+1) / (1 + q) <= alpha  <=>  h + 1 >= scale * ln(2 / (alpha (1 + q))).
         guess = max(0, math.ceil(self._scale * (math.log(2.0 / (1.0 + q)) - math.log(level))) - 1)
-        # Correct a float misstep either way; the final check keeps a relative safety margin.
-        while guess > 0 and self.tail_probability(guess) <= level * (1 - 1e-12):
-            guess -= 1
-        while self.tail_probability(guess + 1) > level * (1 - 1e-12):
-            guess += 1
-        return float(guess)
+        # Correct a float misstep either way (galloping: where the tail underflows, at alpha ~1e-320,
+        # the guess can be off by many units); the check keeps a relative safety margin.
+        return float(first_true(lambda h: self.tail_probability(h + 1) <= level * (1 - 1e-12), guess))
 
     @property
     def expected_error(self) -> float:
@@ -243,8 +264,12 @@ class DiscreteLaplace(NumericMechanism):
     ) -> DiscreteLaplace:
         """The mechanism with the smallest epsilon whose (1 - alpha) noise interval is within +-accuracy.
 
-        That is, P(|Z| > accuracy) <= alpha for the exact discrete law (``accuracy`` >= 0; only
-        its integer part matters, since Z is an integer).
+        That is, ``noise_quantile(alpha) <= accuracy`` (P(|Z| > accuracy) <= alpha for the exact
+        discrete law; ``accuracy`` >= 0, only its integer part matters since Z is an integer), for
+        every alpha in (0, 1). The epsilon returned is the least float with that property: the
+        next float below it misses the target. When even the smallest epsilon the sampler supports
+        (noise scale at most 2^40) meets the target, the least epsilon lies below that limit and the
+        target is refused with an :class:`~dpkit.InvalidParameterError` naming ``accuracy``.
 
         >>> mechanism = DiscreteLaplace.from_accuracy(accuracy=10, alpha=0.05)
         >>> mechanism.noise_quantile(0.05) <= 10, round(mechanism.epsilon, 4)
@@ -253,7 +278,13 @@ class DiscreteLaplace(NumericMechanism):
         bound = check_positive("accuracy", accuracy, allow_zero=True)
         level = check_alpha(alpha)
         delta = check_integer_sensitivity(sensitivity)
+        _check_flag("constant_time", constant_time)
         m = math.floor(bound) + 1
+
+        def meets(epsilon: float) -> bool:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PrivacyWarning)
+                return cls(delta, epsilon, constant_time=constant_time).noise_quantile(level) <= bound
 
         def excess(log_scale: float) -> float:
             t = math.exp(log_scale)
@@ -261,18 +292,46 @@ class DiscreteLaplace(NumericMechanism):
 
         # excess is increasing in the scale; P(|Z| >= m) -> 2/(1+q) > 1 > alpha as the scale grows.
         low, high = -10.0, 0.0
-        while excess(high) < 0:
+        while excess(high) < 0 and high < 60.0:
             low, high = high, high + 5.0
         while excess(low) > 0:
             low -= 10.0
-        log_scale = optimize.brentq(excess, low, high, xtol=1e-14)
-        epsilon = delta / math.exp(log_scale)
-        for _ in range(200):
-            mechanism = cls(delta, epsilon, constant_time=constant_time)
-            if mechanism.noise_quantile(level) <= bound:
-                return mechanism
-            epsilon *= 1 + 1e-12
-        raise InvalidParameterError("accuracy", accuracy, "could not be met (internal search failed)")
+        # The root is a first guess only: near alpha = 1 the float excess cancels to a few digits,
+        # and noise_quantile keeps a 1e-12 margin on alpha. The exact answer is searched below.
+        guess = delta / math.exp(optimize.brentq(excess, low, high, xtol=1e-14)) if excess(high) >= 0 else 0.0
+        smallest = _smallest_epsilon(delta)
+        if meets(smallest):
+            raise InvalidParameterError(
+                "accuracy",
+                accuracy,
+                f"is met even at the smallest epsilon the sampler supports ({smallest:g}, noise scale "
+                f"{MAX_SCALE:g}); the smallest epsilon meeting it lies below that limit",
+            )
+        # Bracket: meets(low) is false, meets(high) true, galloping in relative steps from the guess.
+        low, high = smallest, max(guess, smallest)
+        step = 1e-15
+        while not meets(high):
+            low, high, step = high, high * (1 + step), 2 * step
+            if not math.isfinite(high):  # pragma: no cover - a large enough epsilon always meets it
+                raise InternalError("DiscreteLaplace.from_accuracy: no epsilon meets the accuracy")
+        step = 1e-15
+        while high * (1 - step) > low:
+            below = high * (1 - step)
+            if not meets(below):
+                low = below
+                break
+            high, step = below, 2 * step
+        # Bisect down to adjacent floats: high is then the least float epsilon meeting the target
+        # (noise_quantile is non-increasing in epsilon).
+        while True:
+            middle = low * math.sqrt(high / low) if high > 2 * low else low + (high - low) / 2
+            if not low < middle < high:
+                break
+            if meets(middle):
+                high = middle
+            else:
+                low = middle
+        return cls(delta, high, constant_time=constant_time)  # warns once if epsilon is risky
 
     def __repr__(self) -> str:
         extra = f", constant_time=True, dimension={self._dimension}" if self._constant_time else ""

@@ -27,7 +27,7 @@ from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import LaplaceEvent, PrivacyEvent
 from dpkit.guarantees import PureDP, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_unmasked
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range, check_unmasked
 from dpkit.noise import RandomSource, discrete_laplace, grid_exponent, resolve_source, snap_to_grid
 
 __all__ = ["Laplace"]
@@ -107,6 +107,7 @@ class Laplace(NumericMechanism):
         self.sensitivity = check_positive("sensitivity", sensitivity)
         self.epsilon = check_epsilon(epsilon)
         self.dimension = check_integer("dimension", dimension, minimum=1)
+        check_noise_range(self.sensitivity, self.epsilon)
         warn_if_risky(self.epsilon)
         nominal = self.sensitivity / self.epsilon
         # The grid depends on public parameters only; it is fixed from the nominal scale first,

@@ -43,7 +43,7 @@ from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_epsilon, check_positive, check_probability, warn_if_risky
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha
+from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
 from dpkit.mechanisms.laplace import check_release_value, shape_like, stack_like
 from dpkit.noise import (
     RandomSource,
@@ -139,6 +139,7 @@ class Staircase(NumericMechanism):
     def __init__(self, sensitivity: float, epsilon: float, gamma: float | None = None) -> None:
         self.sensitivity = check_positive("sensitivity", sensitivity)
         self.epsilon = check_epsilon(epsilon)
+        check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=1024.0)  # e^{epsilon/2} below
         self.gamma = optimal_gamma_l1(self.epsilon) if gamma is None else check_probability("gamma", gamma)
         warn_if_risky(self.epsilon)
         self.grid_exponent = grid_exponent(self.sensitivity, round_up(self.sensitivity / self.epsilon))

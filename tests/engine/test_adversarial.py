@@ -418,3 +418,12 @@ def test_an_in_list_of_five_or_more_stays_inside_try(kind: str, condition: str, 
     _, result = exact_aggregates(session, query)
     assert list(result.columns.values())[0][0] == expected
     session.release(query, epsilon=1.0, rng=InsecureSeededRandom(5))  # a seed is for tests only
+
+
+def test_bounds_narrower_than_the_mechanisms_calibrate_for_are_refused_by_name():
+    """Bounds 1e-305 wide gave a Laplace sensitivity below 2**-1000, refused naming 'sensitivity'."""
+    frame = pd.DataFrame({"pid": range(10), "x": [0.0] * 10})
+    session = E.Session.from_pandas(frame, privacy_unit="pid", budget=dpkit.PureDP(1.0))
+    with pytest.raises(dpkit.InvalidParameterError, match=r"bounds\['x'\].*2\*\*-500 apart"):
+        session.sql("SELECT SUM(x) FROM data", epsilon=0.5, bounds={"x": (0, 1e-305)})
+    assert session.remaining == dpkit.PureDP(1.0)

@@ -469,7 +469,7 @@ class SelectionNoise:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
                 Exponential(sensitivity, epsilon, candidates=[0.0, 1.0])
-        except InternalError:
+        except (InternalError, InvalidParameterError):
             raise InvalidParameterError(
                 "epsilon",
                 epsilon,

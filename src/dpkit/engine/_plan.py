@@ -98,6 +98,8 @@ def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:
         raise InvalidParameterError(name, bounds, allowed)
     if max(abs(low_f), abs(high_f)) >= 2.0**60:
         raise InvalidParameterError(name, bounds, "bounds must have magnitude below 2**60")
+    if high_f - low_f < 2.0**-500:  # the noise mechanisms calibrate to sensitivities of at least 2**-1000
+        raise InvalidParameterError(name, bounds, "bounds must be at least 2**-500 apart (rescale the column)")
     return (low_f, high_f)
 
 

@@ -442,4 +442,3 @@ def _level_text(alpha: float) -> str:
         if 0 < float(text) < 100 and abs(float(text) / 100 - (1 - alpha)) <= min(alpha, 1 - alpha) / 100:
             return f"{text}%"
     return f"1 - {alpha:g}"
-

@@ -189,3 +189,21 @@ def test_discrete_gaussian_rho_sigma_is_smallest_float():
             continue
         target = Fraction(repr(sensitivity)) ** 2 / (2 * Fraction(repr(rho)))
         assert Fraction(sigma) ** 2 >= target > Fraction(math.nextafter(sigma, 0.0)) ** 2
+
+
+@pytest.mark.parametrize("epsilon", [5e-324, 1e-310, 1e-30, 0.5, 1e200, 1e300])
+@pytest.mark.parametrize("sensitivity", [5e-324, 1e-300, 1.0, 1e300, 1e308])
+def test_gaussian_sigma_functions_answer_or_refuse_by_name(epsilon, sensitivity):
+    """The free calibration functions raised OverflowError (sensitivity 1e308) or a NaN ValueError
+    (epsilon 1e200); they now take the constructors' range and refuse outside it."""
+    from dpkit.mechanisms.gaussian import analytic_gaussian_sigma, classic_gaussian_sigma
+
+    for calibrate in (analytic_gaussian_sigma, classic_gaussian_sigma):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PrivacyWarning)
+            try:
+                sigma = calibrate(epsilon, 1e-6, sensitivity)
+            except InvalidParameterError as error:
+                assert error.name in ("epsilon", "sensitivity")
+                continue
+        assert 0 < sigma < math.inf

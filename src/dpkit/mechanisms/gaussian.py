@@ -115,6 +115,10 @@ def _balle_wang_delta(sigma: float, sensitivity: float, epsilon: float, digits: 
         return value if value > 0 else mpmath.mpf(0)
 
 
+#: The largest epsilon the analytic calibration computes in float (e^epsilon sigma inside log_ndtr).
+_LARGEST_EPSILON = 2.0**300
+
+
 def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.0) -> float:
     """Smallest sigma whose continuous Gaussian mechanism is (epsilon, delta)-DP (Balle & Wang 2018, Alg. 1).
 
@@ -127,6 +131,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     e = check_epsilon(epsilon)
     target = check_delta(delta, allow_zero=False)
     d = check_positive("sensitivity", sensitivity)
+    check_noise_range(d, e, largest_epsilon=_LARGEST_EPSILON)  # (beyond, the search leaves the float range)
 
     def excess(log_sigma: float) -> float:
         return math.log(max(analytic_gaussian_delta(math.exp(log_sigma), d, e), 1e-320)) - math.log(target)
@@ -159,6 +164,7 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.
         )
     target = check_delta(delta, allow_zero=False)
     d = check_positive("sensitivity", sensitivity)
+    check_noise_range(d, e)
     return round_up(math.sqrt(2 * math.log(1.25 / target)) * d / e)
 
 
@@ -303,7 +309,7 @@ class Gaussian(NumericMechanism):
                 "must be < 1 for calibration='classic' (the classic theorem holds for "
                 "epsilon < 1); use calibration='analytic'",
             )
-        check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=2.0**300)  # e^epsilon s in log_ndtr
+        check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=_LARGEST_EPSILON)  # e^epsilon s in log_ndtr
         warn_if_risky(self.epsilon, delta=self.delta)
         nominal = (
             analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)

@@ -110,7 +110,8 @@ def _canonical_type(column: str, declared: object) -> str:
     raise InvalidParameterError(f"types[{column!r}]", declared, f"must be one of {DECLARABLE_TYPES}")
 
 
-def _files(path: str) -> list[str]:
+def matching_files(path: str) -> list[str]:
+    """The files ``path`` names: the sorted matches of a glob, or the path itself."""
     if any(ch in path for ch in "*?["):
         return sorted(glob.glob(path))
     return [path]
@@ -142,7 +143,7 @@ def typed_csv_spec(
     if not isinstance(types, Mapping) or not types:
         raise InvalidParameterError("types", types, "must be a non-empty mapping column -> type name")
     if header is None:
-        files = _files(text)
+        files = matching_files(text)
         if not files:
             raise InvalidParameterError("path", text, "matches no file")
         headers = [csv_header(file, delimiter) for file in files]

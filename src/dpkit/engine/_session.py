@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import glob
 import os
 import threading
 from collections.abc import Mapping
@@ -31,7 +30,7 @@ from dpkit._errors import DPError, InvalidParameterError, QueryFailedError
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
-from dpkit.engine._csv import TypedCsv, csv_header, typed_csv_spec
+from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_spec
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, check_bounds_pair, spelling_resolver
@@ -590,7 +589,7 @@ def _source_names(source: object, kind: str) -> list[str] | None:
     if kind not in ("parquet", "csv") or isinstance(source, TypedCsv):
         return None
     text = os.fspath(source)  # type: ignore[call-overload]
-    files = sorted(glob.glob(text)) if any(ch in text for ch in "*?[") else [text]
+    files = matching_files(text)
     if not files or not os.path.isfile(files[0]):
         return None  # the backend refuses it, naming the path
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 import warnings
 from fractions import Fraction
 from typing import Any
@@ -28,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._errors import InvalidParameterError, PrivacyWarning
 from dpkit._lazy import LazyModule
 from dpkit._search import first_true
 from dpkit._validation import (
@@ -85,6 +86,15 @@ def _smallest_epsilon(sensitivity: int) -> float:
     while _scale_up(Fraction(sensitivity) / as_fraction(math.nextafter(epsilon, 0.0))) <= MAX_SCALE:
         epsilon = math.nextafter(epsilon, 0.0)
     return epsilon
+
+
+def _bits_of_float(value: float) -> int:
+    """The IEEE 754 bit pattern of a positive float: an integer ordered as the floats are."""
+    return int(struct.unpack("<q", struct.pack("<d", value))[0])
+
+
+def _float_of_bits(bits: int) -> float:
+    return float(struct.unpack("<d", struct.pack("<q", bits))[0])
 
 
 def _as_output(array: NDArray[np.int64], scalar: bool) -> Any:
@@ -307,31 +317,12 @@ class DiscreteLaplace(NumericMechanism):
                 f"is met even at the smallest epsilon the sampler supports ({smallest:g}, noise scale "
                 f"{MAX_SCALE:g}); the smallest epsilon meeting it lies below that limit",
             )
-        # Bracket: meets(low) is false, meets(high) true, galloping in relative steps from the guess.
-        low, high = smallest, max(guess, smallest)
-        step = 1e-15
-        while not meets(high):
-            low, high, step = high, high * (1 + step), 2 * step
-            if not math.isfinite(high):  # pragma: no cover - a large enough epsilon always meets it
-                raise InternalError("DiscreteLaplace.from_accuracy: no epsilon meets the accuracy")
-        step = 1e-15
-        while high * (1 - step) > low:
-            below = high * (1 - step)
-            if not meets(below):
-                low = below
-                break
-            high, step = below, 2 * step
-        # Bisect down to adjacent floats: high is then the least float epsilon meeting the target
-        # (noise_quantile is non-increasing in epsilon).
-        while True:
-            middle = low * math.sqrt(high / low) if high > 2 * low else low + (high - low) / 2
-            if not low < middle < high:
-                break
-            if meets(middle):
-                high = middle
-            else:
-                low = middle
-        return cls(delta, high, constant_time=constant_time)  # warns once if epsilon is risky
+        # Positive floats are ordered as their bit patterns: the least float epsilon meeting the target
+        # is the first integer pattern where the (monotone) test holds, galloping from the guess.
+        least = first_true(
+            lambda bits: meets(_float_of_bits(bits)), _bits_of_float(max(guess, smallest)), _bits_of_float(smallest)
+        )
+        return cls(delta, _float_of_bits(least), constant_time=constant_time)  # warns once if epsilon is risky
 
     def __repr__(self) -> str:
         extra = f", constant_time=True, dimension={self._dimension}" if self._constant_time else ""

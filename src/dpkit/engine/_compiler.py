@@ -1019,7 +1019,11 @@ def compile_query(
         selection_key=selection_key,
         float_groups=float_groups,
         real_groups=real_groups,
-        group_types={g: available[g].type for g in query.group_by if isinstance(g, str)},
+        # Every group column's type; a binned column holds text labels.
+        group_types={
+            g.name if isinstance(g, Bin) else g: "VARCHAR" if isinstance(g, Bin) else available[g].type
+            for g in query.group_by
+        },
     )
     compiled.verify()
     return compiled

@@ -288,28 +288,19 @@ class Result:
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     def _group_names(self) -> list[str]:
-        """The group columns: those before the released ones (a value, ``_low``, ``_high`` each)."""
-        names = list(self.columns)
-        end = len(names)
-        while end >= 3 and names[end - 2 : end] == [f"{names[end - 3]}_low", f"{names[end - 3]}_high"]:
-            end -= 3
-        return [name for position, name in enumerate(names) if position < end or name in self.group_types]
+        """The group columns (``group_types`` names each one, binned columns included)."""
+        return [name for name in self.columns if name in self.group_types]
 
     def _column_types(self) -> dict[str, Any]:
         """Each column's pyarrow type, from the column types alone (never from the values).
 
-        A group column has its backend type (a binned one holds text labels); the released values
+        A group column has its backend type (a binned one VARCHAR: text labels); the released values
         and interval ends are float64. So a result has the same schema whether or not it has rows.
         """
         import pyarrow as pa
 
-        groups = set(self._group_names())
         return {
-            name: (
-                _arrow_type(self.group_types[name])
-                if name in self.group_types
-                else (pa.string() if name in groups else pa.float64())
-            )
+            name: _arrow_type(self.group_types[name]) if name in self.group_types else pa.float64()
             for name in self.columns
         }
 
@@ -355,7 +346,7 @@ class Result:
         typed = self._typed_columns()
         names = list(typed)
         encoded = [[json_value(value, key=name in groups) for value in typed[name]] for name in names]
-        types = {name: self.group_types.get(name, "VARCHAR") for name in self._group_names()}
+        types = {name: self.group_types[name] for name in self._group_names()}
         return {
             "rows": [dict(zip(names, values, strict=True)) for values in zip(*encoded, strict=True)],
             "guarantee": repr(self.guarantee),

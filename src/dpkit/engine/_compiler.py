@@ -54,7 +54,7 @@ from dpkit.engine._plan import (
     Join,
     Query,
     canonical,
-    check_bounds_pair,
+    check_bounds_mapping,
     distinct,
     output_columns,
     spelling_resolver,
@@ -922,19 +922,11 @@ def compile_query(
     if bounds is not None and not isinstance(bounds, Mapping):
         raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
     # Keyed without case (column names match without case): the call's bounds replace the
-    # session's for the same column however either spells it; two spellings in one mapping are
-    # refused rather than one silently chosen.
+    # session's for the same column however either spells it.
     merged: dict[str, tuple[str, tuple[float, float] | str]] = {}
     for origin in (context.bounds, bounds or {}):
-        given: set[str] = set()
-        for column, value in origin.items():
-            key = str(column).casefold()
-            if key in given:
-                raise InvalidParameterError(
-                    "bounds", column, "names a column a second time (names match without case): give each column once"
-                )
-            given.add(key)
-            merged[key] = (str(column), check_bounds_pair(f"bounds[{column!r}]", value))
+        for column, pair in check_bounds_mapping(origin).items():
+            merged[column.casefold()] = (column, pair)
     known = {name.casefold() for name in context.columns}
     known.update(name.casefold() for table in context.public_tables.values() for name in table)
     for key, (column, _) in merged.items():

@@ -12,7 +12,7 @@ backend transpiles them to its own dialect.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,6 +28,7 @@ __all__ = [
     "GroupKey",
     "Join",
     "Query",
+    "check_bounds_mapping",
     "check_bounds_pair",
     "distinct",
 ]
@@ -101,6 +102,22 @@ def check_bounds_pair(name: str, bounds: Any) -> tuple[float, float] | str:
     if high_f - low_f < 2.0**-500:  # the noise mechanisms calibrate to sensitivities of at least 2**-1000
         raise InvalidParameterError(name, bounds, "bounds must be at least 2**-500 apart (rescale the column)")
     return (low_f, high_f)
+
+
+def check_bounds_mapping(bounds: Mapping[Any, Any]) -> dict[str, tuple[float, float] | str]:
+    """``bounds={column: (low, high) or "auto"}``, each pair checked; a column named twice (names
+    match without case, so ``INCOME`` and ``income`` are one column) is refused, not one silently kept."""
+    checked: dict[str, tuple[float, float] | str] = {}
+    given: set[str] = set()
+    for column, value in bounds.items():
+        key = str(column).casefold()
+        if key in given:
+            raise InvalidParameterError(
+                "bounds", column, "names a column a second time (names match without case): give each column once"
+            )
+        given.add(key)
+        checked[str(column)] = check_bounds_pair(f"bounds[{column!r}]", value)
+    return checked
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query,
 from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_spec
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
-from dpkit.engine._plan import Contribution, Query, check_bounds_pair, spelling_resolver
+from dpkit.engine._plan import Contribution, Query, check_bounds_mapping, spelling_resolver
 from dpkit.engine._result import Preview, Result
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
@@ -127,11 +127,7 @@ class Session:
         checked_budget = _check_budget(budget)
         if bounds is not None and not isinstance(bounds, Mapping):
             raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
-        self._bounds = {str(c): check_bounds_pair(f"bounds[{c!r}]", v) for c, v in (bounds or {}).items()}
-        if len({column.casefold() for column in self._bounds}) < len(self._bounds):
-            raise InvalidParameterError(
-                "bounds", sorted(self._bounds), "names a column twice (names match without case): give each once"
-            )
+        self._bounds = check_bounds_mapping(bounds or {})
         if contribution is not None and not isinstance(contribution, Contribution):
             raise InvalidParameterError("contribution", contribution, "must be a dpkit.engine.Contribution")
         self._contribution = contribution or Contribution()

@@ -2,8 +2,9 @@
 
 Data mixes people in one group (the per-person fast path) with people in several groups (the
 per-(person, group) path), NULL group values, and heavy people; the reference applies the rules
-of ``dpkit.engine._aggregation`` literally: each person keeps the g groups of lowest salted rank,
-then adds min(n, k) rows and their total clamped to k row bounds.
+of ``dpkit.engine._aggregation`` literally: each person keeps the g first of their groups in their
+own salted order (the documented arithmetic hash of the person and the group), then adds min(n, k)
+rows and their total clamped to k row bounds.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from engine_fixtures import exact_aggregates
 
 import dpkit
 from dpkit import engine as E
-from dpkit.engine._aggregation import Histogram, render_sql
+from dpkit.engine._aggregation import Histogram, choice_constants, render_sql
 from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
 
 SALT = "reference-salt"
@@ -45,10 +46,50 @@ def encoded(value: object) -> str:
     return "n" if value is None else f"v{len(str(value))}:{value}"
 
 
-def sql_rank(key: tuple[object, ...]) -> tuple[str, str]:
-    """The order of groups listed in SQL (private keys): md5 of the salt and the encoding, then the encoding."""
-    text = "".join(encoded(v) for v in key)
-    return hashlib.md5((SALT + text).encode()).hexdigest(), text
+def md5(text: str) -> str:
+    return hashlib.md5(text.encode()).hexdigest()
+
+
+PRIME = 2**31 - 1
+
+
+def choice_key(person: int, group: int, index: int) -> int:
+    """The documented group-choice key of an integer person: h = (person mod p) * c0 + c1, u = h + c2 *
+    group, v = u^5 * c3 + c4, key = v^5 (all mod p), then the group index in the low 31 bits."""
+    c = choice_constants(SALT)
+    h = ((person % PRIME) * c[0] + c[1]) % PRIME
+    u = (h + group * c[2]) % PRIME
+    v = (pow(u, 5, PRIME) * c[3] + c[4]) % PRIME
+    return pow(v, 5, PRIME) * 2**31 + index
+
+
+def private_order(index: dict[tuple[object, ...], int]):
+    """A person's order of their groups, private keys: the group enters as its hash (the first 15 hex
+    digits of the salted md5 of its encoding), the rank among the groups present only as the low bits."""
+
+    def order(person, key):
+        group = int(md5(SALT + "".join(encoded(v) for v in key))[:15], 16) % PRIME
+        return choice_key(person, group, index[key])
+
+    return order
+
+
+def public_order(index: dict[tuple[object, ...], int]):
+    """A person's order of their groups, public keys: the group is its rank in the key list."""
+    return lambda person, key: choice_key(person, index[key], index[key])
+
+
+def present_ranks(frame: pd.DataFrame, keys) -> dict[tuple[object, ...], int]:
+    """Private keys' ranks: the groups present ordered by the salted md5 of their encoding, then the encoding."""
+    present = {(None if pd.isna(v) else v,) for v in frame["region"]}
+    if keys is not None:
+        present &= keys
+
+    def rank(key):
+        text = "".join(encoded(v) for v in key)
+        return md5(SALT + text), text
+
+    return {key: i for i, key in enumerate(sorted(present, key=rank))}
 
 
 def reference(frame: pd.DataFrame, keys, k: int, g: int, rank) -> dict[tuple[object, ...], tuple[int, int, float]]:
@@ -60,8 +101,8 @@ def reference(frame: pd.DataFrame, keys, k: int, g: int, rank) -> dict[tuple[obj
             continue
         per_person[person][key].append(min(max(income, BOUNDS[0]), BOUNDS[1]))
     out: dict[tuple[object, ...], list[float]] = defaultdict(lambda: [0, 0, 0.0])
-    for groups in per_person.values():
-        for key in sorted(groups, key=rank)[:g]:
+    for person, groups in per_person.items():
+        for key in sorted(groups, key=lambda key: rank(person, key))[:g]:
             values = groups[key]
             total = sum(values) if len(values) <= k else min(max(sum(values), k * BOUNDS[0]), k * BOUNDS[1])
             cell = out[key]
@@ -98,10 +139,9 @@ def test_bounded_aggregates_match_the_reference(seed, k, g, keys):
     compiled, plan, result = run(frame, public, k, g)
     key_set = None if public is None else {(v,) for v in public}
     if public is None or not plan.indexed_keys:
-        rank = sql_rank
+        rank = private_order(present_ranks(frame, key_set))
     else:
-        order = {key: i for i, key in enumerate(plan.key_order)}
-        rank = order.__getitem__
+        rank = public_order({key: i for i, key in enumerate(plan.key_order)})
     expected = reference(frame, key_set, k, g, rank)
     unit = compiled.moment(compiled.statistics[1], BOUNDS).unit_scale
     got = {
@@ -136,9 +176,10 @@ def test_histogram_weights_match_the_reference(g):
             min(math.floor((clamped - plan.histogram.low) / width), plan.histogram.bins - 1)
         )
     expected: dict[tuple[object, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    order = private_order(present_ranks(frame, None))
     scale = 2**Histogram.WEIGHT_BITS
-    for groups in per_person.values():
-        for key in sorted(groups, key=sql_rank)[:g]:
+    for person, groups in per_person.items():
+        for key in sorted(groups, key=lambda key: order(person, key))[:g]:
             bins = groups[key]
             for b in set(bins):
                 c = bins.count(b)

@@ -7,9 +7,11 @@ person ORDER BY random()) <= k``):
    per release): public keys in a VALUES list, private keys ranked in SQL from the distinct
    groups present. The rows join that list, so the steps below compare small integers;
 2. aggregate the filtered, clamped rows per person (a hash aggregation): the row count n, the
-   sums, and the lowest and highest group index. People in one group are done. Only the rows of
-   people in several groups are aggregated again per (person, group), and those people keep the
-   g groups of lowest index (with g = 1, only the rows of that group are aggregated);
+   sums, and the lowest and highest group index. People in one group are done. Only the people
+   in several groups are hashed, and each keeps the g groups first in an order of their own (a
+   salted hash of the person and the group: ``_keyed``), so each of their groups is equally
+   likely to be kept; with g = 1 that group is found first and only its rows are aggregated,
+   otherwise their rows are aggregated per (person, group) and ranked;
 3. bound rows: a person with n > k rows in a group adds k to the count. To a SUM they add
    their total, clamped to k times the row bounds (``Moment.cap_total``): at most k rows'
    worth of clamped values, so the sensitivity is the same as keeping k rows, but nothing is
@@ -159,6 +161,10 @@ class AggregationPlan:
     #: The 32-bit (FLOAT) ones among them: their public keys are FLOATs in the key list, so that a
     #: key 0.1 is the column's 0.1 (as a DOUBLE the column's value is 0.10000000149011612).
     real_groups: frozenset[str] = frozenset()
+    #: The person column's kind for the group-choice hash (``_person_hash``): "integer" (integer types
+    #: and DECIMAL(p, 0): arithmetic), "float" (FLOAT, DOUBLE: its -0.0 is read as 0.0 and every NaN
+    #: alike, so that one person has one text) or "text" (hashed by its text).
+    person_kind: str = "text"
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -391,7 +397,10 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
     ]
     person = _quote(plan.person) if plan.person is not None else None
     if person is not None:
-        select.insert(0, f"{person} AS __pid")
+        value = person
+        if plan.person_kind == "float":  # one text (see _person_hash) for 0.0 and -0.0, which are one person
+            value = f"(CASE WHEN {person} = 0 OR isnan({person}) THEN abs({person}) ELSE {person} END)"
+        select.insert(0, f"{value} AS __pid")
     for i, moment in enumerate(plan.moments):
         clamped = _clamped(moment.column, moment.low, moment.high, moment.fill)
         shifted = f"({clamped} - {_literal(moment.shift)})" if moment.shift else clamped
@@ -500,6 +509,79 @@ def _encoded(names: list[str]) -> str:
     return f"concat({', '.join(parts)})"
 
 
+#: Hex digits of a private group's hash ``__kh`` (of its salted md5): 60 bits, an integer in a BIGINT.
+_GROUP_HASH_DIGITS = 15
+#: Hex digits of a person's hash from the md5 of their text: 28 bits, below the prime.
+_PERSON_HASH_DIGITS = 7
+#: The prime modulus of the group-choice hash (2^31 - 1): products of two residues fit a BIGINT.
+_PRIME = 2**31 - 1
+_ORDER_SHIFT = 2**31
+
+
+def _hex_integer(text: str, digits: int) -> str:
+    """The integer of the first ``digits`` hex digits of ``text`` (a lowercase md5), digit by digit in
+    BIGINT: SQL both engines compute alike (Spark does not read DuckDB's '0x' text, and multiplies INT
+    by INT in INT)."""
+    terms = [
+        f"(CAST(instr('0123456789abcdef', substr({text}, {i + 1}, 1)) AS BIGINT) - 1) * {16 ** (digits - 1 - i)}"
+        for i in range(digits)
+    ]
+    return f"CAST(({' + '.join(terms)}) AS BIGINT)"
+
+
+def choice_constants(salt: str) -> tuple[int, ...]:
+    """Five residues in [1, prime) from ``salt``: the secret coefficients of the group-choice hash."""
+    digest = hashlib.sha256(f"{salt}|group choice".encode()).digest()
+    return tuple(1 + int.from_bytes(digest[4 * i : 4 * i + 4], "big") % (_PRIME - 1) for i in range(5))
+
+
+def _person_hash(plan: AggregationPlan, person: str) -> str:
+    """A person's hash, a residue modulo the prime, from the salt and the person only (SQL, BIGINT).
+
+    An integer-valued person column (integers, DECIMAL(p, 0)) is reduced modulo the prime and mixed
+    by arithmetic; any other type hashes its text (md5), which both engines write alike for the
+    types they accept (see ``check_spark_keys``).
+    """
+    c = choice_constants(plan.salt)
+    if plan.person_kind == "integer":
+        # (x % p computed in the column's own type, in (-p, p), then made non-negative in BIGINT)
+        residue = f"((CAST({person} % {_PRIME} AS BIGINT) + {_PRIME}) % {_PRIME})"
+        return f"(({residue} * {c[0]} + {c[1]}) % {_PRIME})"
+    text = f"md5(concat({_literal(plan.salt)}, ':', CAST({person} AS VARCHAR)))"
+    return _hex_integer(text, _PERSON_HASH_DIGITS)
+
+
+def _keyed(
+    plan: AggregationPlan, source: str, columns: list[str], person_hash: str, index: str, group_hash: str | None
+) -> str:
+    """``SELECT columns, __o FROM source`` as a subquery: ``__o`` is, per (person, group) row, the
+    integer whose order is the person's own order of their groups (SQL, BIGINT).
+
+    ``u = h(person) + c * group (mod p)``, where the group is its rank in the public key list or
+    (private keys) its salted hash ``group_hash``, never its rank among the groups present (that
+    rank depends on other people's rows). ``u`` then goes through two rounds of x -> x^5 (a
+    permutation modulo p, as 5 does not divide p - 1) with an affine step between: for a person, the
+    order of the results is a pseudo-random order of their groups, different for each person and
+    each salt, and two groups never tie (the map is one-to-one in the group). The group index
+    ``index`` (below 2^31) is added in the low bits: the key is unique among a person's groups.
+    Each round is its own subquery, so that no engine computes a power's operand more than once.
+    """
+    c = choice_constants(plan.salt)
+    group = f"CAST({index} AS BIGINT)" if group_hash is None else f"({group_hash} % {_PRIME})"
+    selected = ", ".join(columns)
+    names = ", ".join(column.rsplit(" AS ", 1)[-1].rsplit(".", 1)[-1] for column in columns)
+    mixed = f"({person_hash} + {group} * {c[2]} % {_PRIME}) % {_PRIME}"
+    u = f"SELECT {selected}, CAST({index} AS BIGINT) AS __i, {mixed} AS __u FROM {source}"
+    v = f"SELECT {names}, __i, ({_fifth_power('__u')} * {c[3]} + {c[4]}) % {_PRIME} AS __v FROM ({u}) AS __round1"
+    return f"(SELECT {names}, {_fifth_power('__v')} * {_ORDER_SHIFT} + __i AS __o FROM ({v}) AS __round2)"
+
+
+def _fifth_power(x: str) -> str:
+    """x^5 modulo the prime for a residue ``x`` (each product of two residues fits a BIGINT)."""
+    square = f"({x} * {x} % {_PRIME})"
+    return f"({square} * {square} % {_PRIME} * {x} % {_PRIME})"
+
+
 def _render_bounded(
     plan: AggregationPlan, raw: str, groups: list[str], keep: list[str], key_table: str | None = None
 ) -> str:
@@ -508,16 +590,18 @@ def _render_bounded(
     Every group is first given an integer index ``__ki``: its rank in a salted pseudo-random order
     of the groups. Public keys carry it in a small VALUES list (``AggregationPlan.key_order``);
     otherwise the list is built in SQL from the distinct groups present, ranked by a salted md5 of
-    their injective encoding. Either way, whether one group ranks below another depends on the salt
-    and the two groups only, never on the data, and a person in more than g groups keeps the g of
-    lowest index. The rows join the list (the join is also the key filter), so every per-person
-    step below compares small integers instead of group values.
+    their injective encoding (and carry that hash as an integer, ``__kh``). Either way, whether one
+    group ranks below another depends on the salt and the two groups only, never on the data. The
+    rows join the list (the join is also the key filter), so every per-person step below compares
+    small integers instead of group values.
 
     Groups per person are bounded without a second pass over everyone: one hash aggregation per
     person computes the row count, the sums and the lowest and highest group index. A person whose
     rows are all in one group (lowest = highest, the common case when grouping by an attribute of
-    the person) is then complete; only the rows of people in several groups are aggregated again
-    per (person, group), and with g = 1 only the rows of their chosen group.
+    the person) is then complete. The people in several groups (``__m``, with their hash) keep the
+    g groups of least key in their own order (``_keyed``): with g = 1 a pass over their rows finds
+    each one's group (``__pick``) and a second aggregates that group's rows only; with g > 1 their
+    rows are aggregated per (person, group) and ranked by key.
     """
     k, g = plan.rows_per_group, plan.groups_per_person
     values = [f"__v{i}" for i in range(len(plan.moments))] + (["__b"] if plan.histogram is not None else [])
@@ -534,14 +618,25 @@ def _render_bounded(
                 f" WHERE {' AND '.join(keep)}" if keep else ""
             )
             renamed = ", ".join(f"{name} AS {key}" for name, key in zip(groups, key_names, strict=True))
+            # __kt: the group's salted md5, which ranks it; __kh, an integer of its first digits, enters
+            # each person's order of their groups (see _keyed). An integer: rows that carry text
+            # through the per-person steps make DuckDB run out of a small memory limit.
             ctes.append(
-                f"__kv AS MATERIALIZED (SELECT {renamed}, CAST(ROW_NUMBER() OVER (ORDER BY "
-                f"md5(concat({_literal(plan.salt)}, {encoded})), {encoded}) - 1 AS INTEGER) AS __ki "
-                f"FROM ({present}) AS __present)"
+                f"__kv AS MATERIALIZED (SELECT {', '.join(key_names)}, "
+                f"{_hex_integer('__kt', _GROUP_HASH_DIGITS)} AS __kh, "
+                "CAST(ROW_NUMBER() OVER (ORDER BY __kt, __ke) - 1 AS INTEGER) AS __ki FROM (SELECT "
+                f"{renamed}, md5(concat({_literal(plan.salt)}, {encoded})) AS __kt, {encoded} AS __ke "
+                f"FROM ({present}) AS __present) AS __hashed)"
             )
-        carried = ", ".join(["__raw.__pid", "__kv.__ki", *(f"__raw.{v}" for v in values)])
+        # (Private keys: each row also carries its group's hash __kh, which only the rows of people in
+        # several groups read: engines drop it from the other reads of __base.)
+        hashed = [] if plan.indexed_keys else ["__kv.__kh"]
+        carried = ", ".join(["__raw.__pid", "__kv.__ki", *hashed, *(f"__raw.{v}" for v in values)])
         base = f"SELECT {carried} FROM __raw JOIN __kv ON {_key_match(plan, '__raw', groups)}"
     ctes.append(f"__base AS NOT MATERIALIZED ({base})")
+    group_hash = None if plan.indexed_keys or not groups else "__base.__kh"
+    # (a histogram's pairs of person and group carry the group's hash too: one value per group)
+    carried_hash = "" if group_hash is None else ", MIN(__kh) AS __kh"
 
     if plan.histogram is None:
         sums = "".join(f", SUM(__v{i}) AS __s{i}" for i in range(len(plan.moments)))
@@ -553,22 +648,38 @@ def _render_bounded(
                 f"__pp AS MATERIALIZED (SELECT __pid, MIN(__ki) AS __lo, MAX(__ki) AS __hi, COUNT(*) AS __n{sums} "
                 "FROM __base GROUP BY __pid)"
             )
-            # The people in several groups, usually few: materialised on its own, so that an engine
-            # that plans each CTE reference afresh (Spark) can see its real size and broadcast it.
-            ctes.append(f"__m AS MATERIALIZED (SELECT __pid{', __lo' if g == 1 else ''} FROM __pp WHERE __lo <> __hi)")
-            if g == 1:  # a person in several groups keeps the one of lowest index: aggregate only its rows
+            # The people in several groups, usually few, with their hash: materialised on its own, so that
+            # an engine that plans each CTE reference afresh (Spark) can see its real size and broadcast it.
+            ctes.append(
+                f"__m AS MATERIALIZED (SELECT __pid, {_person_hash(plan, '__pid')} AS __ph FROM __pp "
+                "WHERE __lo <> __hi)"
+            )
+            joined = "__base JOIN __m ON __base.__pid = __m.__pid"
+            if g == 1:  # each keeps their group of least key: found first, then only its rows are aggregated
+                keyed = _keyed(plan, joined, ["__base.__pid AS __pid"], "__m.__ph", "__base.__ki", group_hash)
+                ctes.append(f"__pick AS (SELECT __pid, MIN(__o) AS __o FROM {keyed} AS __keyed GROUP BY __pid)")
                 mixed = (
-                    f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN __m "
-                    "ON __r.__pid = __m.__pid AND __r.__ki = __m.__lo GROUP BY __r.__pid, __r.__ki"
+                    f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN __pick "
+                    f"ON __r.__pid = __pick.__pid AND __r.__ki = __pick.__o % {_ORDER_SHIFT} "
+                    "GROUP BY __r.__pid, __r.__ki"
                 )
             else:
+                values_of = [f"__base.__v{i} AS __v{i}" for i in range(len(plan.moments))]
+                keyed = _keyed(
+                    plan,
+                    joined,
+                    ["__base.__pid AS __pid", "__base.__ki AS __ki", *values_of],
+                    "__m.__ph",
+                    "__base.__ki",
+                    group_hash,
+                )
                 ctes.append(
-                    f"__mpg AS (SELECT __pid, __ki, COUNT(*) AS __n{sums} FROM __base SEMI JOIN __m "
-                    "USING (__pid) GROUP BY __pid, __ki)"
+                    f"__mpg AS (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
+                    f"FROM {keyed} AS __keyed GROUP BY __pid, __ki)"
                 )
                 mixed = (
                     f"SELECT __ki, __n{kept} FROM (SELECT __mpg.*, ROW_NUMBER() OVER (PARTITION BY __pid "
-                    f"ORDER BY __ki) AS __rank FROM __mpg) AS __ranked WHERE __rank <= {g}"
+                    f"ORDER BY __o) AS __rank FROM __mpg) AS __ranked WHERE __rank <= {g}"
                 )
             ctes.append(f"__chosen AS (SELECT __lo AS __ki, __n{kept} FROM __pp WHERE __lo = __hi UNION ALL {mixed})")
         outputs = [f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
@@ -587,18 +698,33 @@ def _render_bounded(
         aggregated = f"SELECT __ki, {', '.join(outputs)} FROM __chosen GROUP BY __ki"
     else:
         ctes += [
-            "__pgb AS (SELECT __pid, __ki, __b, COUNT(*) AS __c FROM __base GROUP BY __pid, __ki, __b)",
-            "__pg AS (SELECT __pid, __ki, SUM(__c) AS __n FROM __pgb GROUP BY __pid, __ki)",
+            f"__pgb AS (SELECT __pid, __ki, __b{carried_hash}, COUNT(*) AS __c FROM __base GROUP BY __pid, __ki, __b)",
+            f"__pg AS (SELECT __pid, __ki{carried_hash}, SUM(__c) AS __n FROM __pgb GROUP BY __pid, __ki)",
         ]
         if not plan.bounds_groups:
             chosen = "(SELECT * FROM __pg)"
-        elif g == 1:
-            chosen = "(SELECT __pid, MIN(__ki) AS __ki, arg_min(__n, __ki) AS __n FROM __pg GROUP BY __pid)"
         else:
-            chosen = (
-                "(SELECT __pid, __ki, __n FROM (SELECT __pg.*, ROW_NUMBER() OVER (PARTITION BY __pid ORDER BY __ki) "
-                f"AS __rank FROM __pg) AS __ranked WHERE __rank <= {g})"
+            # Each person's own order of their groups (_keyed).
+            keyed = (
+                _keyed(
+                    plan,
+                    "__pg",
+                    ["__pg.__pid AS __pid", "__pg.__ki AS __ki", "__pg.__n AS __n"],
+                    _person_hash(plan, "__pg.__pid"),
+                    "__pg.__ki",
+                    None if group_hash is None else "__pg.__kh",
+                )
+                + " AS __keyed"
             )
+            if g == 1:
+                chosen = (
+                    f"(SELECT __pid, arg_min(__ki, __o) AS __ki, arg_min(__n, __o) AS __n FROM {keyed} GROUP BY __pid)"
+                )
+            else:
+                chosen = (
+                    f"(SELECT __pid, __ki, __n FROM (SELECT __keyed.*, ROW_NUMBER() OVER (PARTITION BY __pid "
+                    f"ORDER BY __o) AS __rank FROM {keyed}) AS __ranked WHERE __rank <= {g})"
+                )
         ctes.append(f"__chosen AS {chosen}")
         weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / __chosen.__n) AS BIGINT)"
         capped = f"(CASE WHEN __chosen.__n <= {k} THEN __pgb.__c * {2**Histogram.WEIGHT_BITS} ELSE {weight} END)"

@@ -757,7 +757,8 @@ class SparkBackend:
         return result
 
     def _column_types(self, plan: AggregationPlan) -> dict[str, str]:
-        """Spark type per column name (case-folded) of the tables ``plan`` reads, and per group alias ``__g<i>``."""
+        """Spark type per column name (case-folded) of the tables ``plan`` reads, per group alias ``__g<i>``
+        and for the person alias ``__pid``."""
         types: dict[str, str] = {}
         for table in (*(join.table for join in reversed(plan.joins)), plan.table):
             entry = self._tables.get(table.casefold())
@@ -766,6 +767,8 @@ class SparkBackend:
         for i, group in enumerate(plan.groups):
             if isinstance(group, str) and group.casefold() in types:
                 types[f"__g{i}"] = types[group.casefold()]
+        if plan.person is not None and plan.person.casefold() in types:
+            types["__pid"] = types[plan.person.casefold()]
         return types
 
     def _steps(self, plan: AggregationPlan, sql: str) -> tuple[list[tuple[str, str, bool]], str]:

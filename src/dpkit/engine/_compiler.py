@@ -203,6 +203,8 @@ class CompiledQuery:
     float_groups: frozenset[str] = frozenset()
     #: The 32-bit (FLOAT) ones among them: their public keys are written as FLOAT (see AggregationPlan).
     real_groups: frozenset[str] = frozenset()
+    #: The person column's kind for the group-choice hash (see ``AggregationPlan.person_kind``).
+    person_kind: str = "text"
     #: Each group column's type as the backend names it (bins left out): the types of a result
     #: that has no rows (private keys, none selected).
     group_types: Mapping[str, str] = field(default_factory=dict)
@@ -762,6 +764,20 @@ def _check_output_names(query: Query) -> None:
             owners[column] = f"a result column of aggregate {name!r}"
 
 
+def _floating(column: ColumnInfo | None) -> bool:
+    """Whether ``column`` is of a floating type (FLOAT or DOUBLE: numeric, neither integer nor DECIMAL)."""
+    return (
+        column is not None and column.numeric and not column.integer and not column.type.lower().startswith("decimal")
+    )
+
+
+def _person_kind(column: ColumnInfo | None) -> str:
+    """How the group choice hashes a person (``AggregationPlan.person_kind``): "integer", "float" or "text"."""
+    if column is not None and (column.integer or re.fullmatch(r"decimal\(\s*\d+\s*,\s*0\s*\)", column.type.lower())):
+        return "integer"
+    return "float" if _floating(column) else "text"
+
+
 def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
     available = dict(context.columns)
     # Column names compared without case, as DuckDB and Spark compare identifiers.
@@ -896,14 +912,7 @@ def compile_query(
     query = _schema_spelling(query, context)
     _check_output_names(query)
     available = _check_columns(query, context)
-    float_groups = frozenset(
-        g
-        for g in query.group_by
-        if isinstance(g, str)
-        and available[g].numeric
-        and not available[g].integer
-        and not available[g].type.lower().startswith("decimal")
-    )
+    float_groups = frozenset(g for g in query.group_by if isinstance(g, str) and _floating(available[g]))
     real_groups = frozenset(g for g in float_groups if available[g].type.upper() in ("FLOAT", "REAL", "FLOAT4"))
     contribution = query.contribution or context.contribution
     if context.privacy_unit is None and (contribution.rows_per_group, contribution.groups_per_person) != (1, 1):
@@ -1011,6 +1020,7 @@ def compile_query(
         selection_key=selection_key,
         float_groups=float_groups,
         real_groups=real_groups,
+        person_kind=_person_kind(context.columns.get(context.privacy_unit or "")),
         # Every group column's type; a binned column holds text labels.
         group_types={
             g.name if isinstance(g, Bin) else g: "VARCHAR" if isinstance(g, Bin) else available[g].type
@@ -1180,6 +1190,7 @@ def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:
         "salt": salt,
         "float_groups": compiled.float_groups,
         "real_groups": compiled.real_groups,
+        "person_kind": compiled.person_kind,
     }
     return AggregationPlan(**(base | fields))
 

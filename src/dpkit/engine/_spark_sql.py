@@ -56,8 +56,15 @@ def duck_column_type(kind: str) -> str | None:
     return None
 
 
+#: Spark types whose text (cast to STRING, with ``spark_semantics``) is DuckDB's, for the person column.
+_PERSON_TEXT_TYPES = frozenset(
+    {"tinyint", "smallint", "int", "bigint", "double", "string", "boolean", "date", "timestamp_ntz", "binary"}
+)
+
+
 def check_spark_keys(plan: AggregationPlan, types: Mapping[str, str]) -> None:
-    """Refuse the group keys Spark cannot give as DuckDB does (``types``: see ``SparkBackend._column_types``).
+    """Refuse the group keys (and person column) Spark cannot give as DuckDB does (``types``: see
+    ``SparkBackend._column_types``).
 
     Private keys are ranked by a salted hash of their text (``_render_bounded``), which the Spark text
     writes as DuckDB does (``spark_semantics``) except for two types:
@@ -72,6 +79,19 @@ def check_spark_keys(plan: AggregationPlan, types: Mapping[str, str]) -> None:
     Refused only where the keys come from the data (no public key list, or one that cannot be
     indexed), before anything is spent (the backend's check runs before the debit).
     """
+    if plan.person is not None and plan.bounds_groups:
+        # A person in several groups keeps the first in an order hashed from the person's text
+        # (``_person_hash``), which Spark writes as DuckDB does for these types only.
+        kind = types.get("__pid", "").lower()
+        if kind not in _PERSON_TEXT_TYPES and not kind.startswith(("decimal", "varchar", "char")):
+            raise InvalidParameterError(
+                "privacy_unit",
+                plan.person,
+                f"is a {kind or 'nested'} column: the Spark backend bounds groups per person by a hash of the "
+                "person's text, which Spark writes as DuckDB does only for integers, DECIMAL, DOUBLE, text, "
+                "BOOLEAN, DATE, TIMESTAMP without time zone and binary; cast the column to one of those "
+                "(BIGINT or STRING) or use the DuckDB backend",
+            )
     if plan.indexed_keys:
         return  # public keys: ranked and returned from the key list, never from the data's text
     for position, group in enumerate(plan.groups):

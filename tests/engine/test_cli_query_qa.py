@@ -113,3 +113,21 @@ def test_the_header_spells_the_privacy_unit_as_the_schema_and_tiny_alpha_is_not_
     out = capsys.readouterr().out
     assert "privacy unit 'person_id'" in out
     assert "99.9999999% intervals" in out
+
+
+def test_an_unquoted_null_key_is_the_null_group(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "people.parquet"
+    regions = ["North", None, "NULL"]  # a NULL region and a region whose text is NULL
+    pd.DataFrame({"person_id": range(300), "region": [regions[i % 3] for i in range(300)]}).to_parquet(path)
+    args = ["--privacy-unit", "person_id", "--epsilon", "5", "--json"]
+    assert _run(str(path), SQL, "--keys", 'region=North, null,"NULL"', *args) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert sorted(repr(row["region"]) for row in rows) == ["'NULL'", "'North'", "None"]
+    for row in rows:
+        assert abs(row["n"] - 100) <= 5  # the NULL group holds the 100 rows without a region
+
+
+@pytest.mark.parametrize("keys", ['region="North', 'region="North"x,South', 'region=No"rth'])
+def test_malformed_quotes_in_keys_are_refused(data: Path, keys: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(str(data), SQL, "--privacy-unit", "person_id", "--keys", keys, "--epsilon", "1") == 2
+    assert capsys.readouterr().err.startswith("dpkit: --keys:")

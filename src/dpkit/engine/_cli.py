@@ -11,7 +11,6 @@ debited before the aggregation runs; a refused or invalid query spends nothing.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import decimal
 import json
@@ -68,7 +67,8 @@ def add_query_parser(commands: Any) -> None:
         action="append",
         default=[],
         help="public group keys, comma-separated as in a CSV line (spaces after a comma are ignored; quote a value "
-        "holding a comma: region='\"East,West\",North'; repeatable per column)",
+        'holding a comma: region=\'"East,West",North\'; an unquoted NULL is the NULL key, a quoted "NULL" the '
+        "text; repeatable per column)",
     )
     query.add_argument("--epsilon", type=float, help="epsilon spent by this query")
     query.add_argument("--delta", type=float, help="delta spent (needed for private group keys)")
@@ -222,10 +222,50 @@ def _typed_keys(items: list[str], columns: dict[str, Any]) -> dict[str, list[Any
             raise InvalidParameterError("--keys", item, f"{column!r} is not a column; columns: {', '.join(columns)}")
         cast, kind = _key_parser(info)
         try:
-            keys[column] = [cast(v) for v in next(csv.reader([values], skipinitialspace=True))]
-        except (ValueError, ArithmeticError, csv.Error):
-            raise InvalidParameterError("--keys", item, f"values of {column!r} ({info.type}) must be {kind}") from None
+            keys[column] = [None if v is None else cast(v) for v in _key_fields(values)]
+        except (ValueError, ArithmeticError):
+            raise InvalidParameterError(
+                "--keys", item, f"values of {column!r} ({info.type}) must be {kind}, or NULL unquoted"
+            ) from None
     return keys
+
+
+def _key_fields(line: str) -> list[str | None]:
+    """The fields of a --keys value read as a CSV line (quotes "..." with "" inside, spaces after a
+    comma dropped), where an unquoted NULL (any case) is the NULL key and a quoted "NULL" the text."""
+    fields: list[str | None] = []
+    position, size = 0, len(line)
+    while True:
+        while position < size and line[position] == " ":  # (spaces after a comma, as skipinitialspace)
+            position += 1
+        if position < size and line[position] == '"':
+            text, position = [], position + 1
+            while True:
+                end = line.find('"', position)
+                if end < 0:
+                    raise ValueError("a quote is not closed")
+                text.append(line[position:end])
+                if line.startswith('""', end):
+                    text.append('"')
+                    position = end + 2
+                    continue
+                position = end + 1
+                break
+            field: str | None = "".join(text)
+            if position < size and line[position] != ",":
+                raise ValueError("text after a closing quote")
+        else:
+            end = line.find(",", position)
+            end = size if end < 0 else end
+            raw = line[position:end]
+            if '"' in raw:
+                raise ValueError("a quote inside an unquoted value")
+            field = None if raw.upper() == "NULL" else raw
+            position = end
+        fields.append(field)
+        if position >= size:
+            return fields
+        position += 1  # the comma
 
 
 def _boolean(text: str) -> bool:

@@ -192,9 +192,10 @@ class AggregationPlan:
     def key_order(self) -> tuple[tuple[Any, ...], ...]:
         """The distinct public keys in a salted pseudo-random order; the VALUES list gives each its rank.
 
-        A person in more than g key groups keeps the g of lowest rank. The order depends on the
-        salt (secret, fresh per release) and the keys only, never on the data; computing it here
-        keeps the hash out of the SQL, so the engines only compare small integers.
+        The rank is each key's group index (and, for a person in more than g key groups, the group
+        in that person's own order: see ``_keyed``). The order depends on the salt (secret, fresh
+        per release) and the keys only, never on the data; computing it here keeps the hash out of
+        the SQL, so the engines only compare small integers.
         """
         return _salted_order(self.salt, self.keys or ())
 

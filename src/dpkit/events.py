@@ -57,16 +57,29 @@ class LaplaceEvent(PrivacyEvent):
         check_positive("noise_multiplier", self.noise_multiplier)
 
 
+#: The noise multipliers a GaussianEvent takes (see its docstring).
+_NOISE_MULTIPLIER_RANGE = (1e-150, 1e150)
+
+
 @dataclass(frozen=True)
 class GaussianEvent(PrivacyEvent):
-    """Gaussian noise of standard deviation ``noise_multiplier`` x (L2 sensitivity)."""
+    """Gaussian noise of standard deviation ``noise_multiplier`` x (L2 sensitivity).
+
+    ``noise_multiplier`` must lie in [1e-150, 1e150]: there every accountant's arithmetic (1 / sigma^2,
+    the subsampled curves' sigma^2 terms) stays within double precision; beyond it the guarantee is
+    in effect none (epsilon above 1e300) or perfect (epsilon below 1e-300).
+    """
 
     noise_multiplier: float
     neighbours: NeighbourRelation = NeighbourRelation.ADD_REMOVE
 
     def __post_init__(self) -> None:
         _check_neighbours(self)
-        check_positive("noise_multiplier", self.noise_multiplier)
+        value = check_positive("noise_multiplier", self.noise_multiplier)
+        if not _NOISE_MULTIPLIER_RANGE[0] <= value <= _NOISE_MULTIPLIER_RANGE[1]:
+            raise InvalidParameterError(
+                "noise_multiplier", self.noise_multiplier, "must be in [1e-150, 1e150] (accountants' float range)"
+            )
 
 
 @dataclass(frozen=True)

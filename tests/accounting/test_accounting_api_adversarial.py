@@ -106,7 +106,9 @@ def test_zcdp_accountant_refuses_an_event_with_infinite_rho(multiplier: float) -
     accountant = ZCDPAccountant()
     assert not accountant.supports(LaplaceEvent(multiplier))
     with pytest.raises(UnsupportedEventError):
-        accountant.compose(GaussianEvent(multiplier))
+        accountant.compose(LaplaceEvent(multiplier))
+    with pytest.raises(InvalidParameterError, match="noise_multiplier"):  # below GaussianEvent's range
+        GaussianEvent(multiplier)
     assert accountant.history == ()
 
 

@@ -129,3 +129,10 @@ def _flatten(event: PrivacyEvent, count: int) -> list[tuple[PrivacyEvent, int]]:
             flat.extend(_flatten(inner, count))
         return flat
     return [(event, count)]
+
+
+def inverse_square(value: float) -> float:
+    """1 / value^2 for value > 0, as a product: 0.0 past 1e154 and inf below 1e-154 instead of the
+    OverflowError of ``value ** 2`` or the ZeroDivisionError of 1 / (value ** 2 underflowed to 0)."""
+    inverse = 1.0 / value
+    return inverse * inverse

@@ -16,7 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from dpkit._lazy import LazyModule
-from dpkit.accounting._base import PrivacyAccountant
+from dpkit.accounting._base import PrivacyAccountant, inverse_square
 from dpkit.accounting._hypothesis import gaussian_delta, gaussian_epsilon
 from dpkit.events import (
     GaussianEvent,
@@ -79,11 +79,11 @@ class GDPAccountant(PrivacyAccountant):
         """(mu^2 of one run, exact?) or None when the event is not supported."""
         gaussian = _plain_gaussian(event, self.neighbours)
         if gaussian is not None:
-            return 1.0 / gaussian.noise_multiplier**2, True
+            return inverse_square(gaussian.noise_multiplier), True
         if isinstance(event, GroupEvent):
             inner = _plain_gaussian(event.event, self.neighbours)
             if inner is not None:
-                return (event.size / inner.noise_multiplier) ** 2, True
+                return inverse_square(inner.noise_multiplier / event.size), True
             return None
         rate: float | None = None
         inner = None
@@ -94,9 +94,11 @@ class GDPAccountant(PrivacyAccountant):
         if rate is None or inner is None:
             return None
         if rate == 1.0:
-            return 1.0 / inner.noise_multiplier**2, True
-        # CLT (DRS 2022, Thm. 5): T steps contribute q^2 T (e^{1/sigma^2} - 1) to mu^2.
-        return rate * rate * math.expm1(1.0 / inner.noise_multiplier**2), False
+            return inverse_square(inner.noise_multiplier), True
+        # CLT (DRS 2022, Thm. 5): T steps contribute q^2 T (e^{1/sigma^2} - 1) to mu^2 (inf once
+        # e^{1/sigma^2} overflows, below sigma ~ 0.0376: no privacy to speak of).
+        exponent = inverse_square(inner.noise_multiplier)
+        return (rate * rate * math.expm1(exponent) if exponent < 709.0 else math.inf), False
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:
         found = self._mu_squared_of(event)
@@ -107,9 +109,13 @@ class GDPAccountant(PrivacyAccountant):
             self.certified = False
 
     def _delta(self, epsilon: float) -> float:
+        if self.mu == 0.0 or math.isinf(self.mu):  # (mu^2 underflowed, or a step with e^{1/sigma^2} = inf)
+            return 0.0 if self.mu == 0.0 else 1.0
         return float(gaussian_delta(self.mu, epsilon))
 
     def _epsilon(self, delta: float) -> float:
+        if self.mu == 0.0 or math.isinf(self.mu):
+            return 0.0 if self.mu == 0.0 else math.inf
         return gaussian_epsilon(self.mu, delta)
 
 

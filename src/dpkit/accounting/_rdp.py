@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
-from dpkit.accounting._base import PrivacyAccountant
+from dpkit.accounting._base import PrivacyAccountant, inverse_square
 from dpkit.events import (
     ComposedEvent,
     DiscreteGaussianEvent,
@@ -80,7 +80,7 @@ def _check_orders(orders: Iterable[Any] | None) -> FloatArray:
 
 def gaussian_rdp(noise_multiplier: float, orders: FloatArray) -> FloatArray:
     """D_alpha(N(0, s^2) || N(1, s^2)) = alpha / (2 s^2) (Mironov 2017, Prop. 7)."""
-    return orders / (2.0 * noise_multiplier**2)
+    return orders * (0.5 * inverse_square(noise_multiplier))
 
 
 def laplace_rdp(noise_multiplier: float, orders: FloatArray) -> FloatArray:
@@ -289,7 +289,10 @@ def grouped_event(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
     (Dwork & Roth 2014, Thm. 2.2); rho-zCDP becomes (k^2 rho)-zCDP (Bun & Steinke 2016, Prop. 1.9).
     """
     if isinstance(event, GaussianEvent):
-        return GaussianEvent(event.noise_multiplier / size, event.neighbours)
+        try:
+            return GaussianEvent(event.noise_multiplier / size, event.neighbours)
+        except InvalidParameterError:  # below GaussianEvent's range: not accounted for here
+            return None
     if isinstance(event, LaplaceEvent):
         return LaplaceEvent(event.noise_multiplier / size, event.neighbours)
     if isinstance(event, DiscreteGaussianEvent):
@@ -328,7 +331,7 @@ def _(event: GaussianEvent, orders: FloatArray, relation: NeighbourRelation) -> 
 def _(event: DiscreteGaussianEvent, orders: FloatArray, relation: NeighbourRelation) -> FloatArray | None:
     # Canonne, Kamath & Steinke 2020, Prop. 5 / Thm. 14: the discrete Gaussian has the same
     # Rényi bound alpha Delta^2 / (2 sigma^2) as the continuous one.
-    return orders * event.sensitivity**2 / (2.0 * event.sigma**2)
+    return orders * (0.5 * inverse_square(event.sigma / event.sensitivity))
 
 
 @_curve.register

@@ -13,7 +13,7 @@ import math
 import numpy as np
 
 from dpkit._lazy import LazyModule
-from dpkit.accounting._base import PrivacyAccountant
+from dpkit.accounting._base import PrivacyAccountant, inverse_square
 from dpkit.accounting._rdp import grouped_event
 from dpkit.events import (
     ComposedEvent,
@@ -44,19 +44,19 @@ def _rho(event: PrivacyEvent, relation: NeighbourRelation) -> float | None:
 @_rho.register
 def _(event: GaussianEvent, relation: NeighbourRelation) -> float | None:
     # Bun & Steinke 2016, Prop. 1.6: N(0, sigma^2 Delta^2) is 1/(2 sigma^2)-zCDP.
-    return 1.0 / (2.0 * event.noise_multiplier**2)
+    return 0.5 * inverse_square(event.noise_multiplier)
 
 
 @_rho.register
 def _(event: DiscreteGaussianEvent, relation: NeighbourRelation) -> float | None:
     # Canonne, Kamath & Steinke 2020, Thm. 4 / Thm. 14: Delta^2 / (2 sigma^2)-zCDP.
-    return event.sensitivity**2 / (2.0 * event.sigma**2)
+    return 0.5 * inverse_square(event.sigma / event.sensitivity)
 
 
 @_rho.register
 def _(event: LaplaceEvent, relation: NeighbourRelation) -> float | None:
     # Laplace of scale b on sensitivity 1 is (1/b)-DP, hence (1/b)^2/2-zCDP (Prop. 1.4).
-    return 0.5 / event.noise_multiplier**2
+    return 0.5 * inverse_square(event.noise_multiplier)
 
 
 @_rho.register

@@ -233,6 +233,8 @@ def _person_ids(kind: str, count: int):
         return pa.array([i * 0.1 if i % 3 else i * 1e19 + 0.5 for i in ids], pa.float64())
     if kind == "decimal":
         return pa.array([decimal.Decimal(i) / 8 for i in ids], pa.decimal128(12, 3))
+    if kind == "decimal8":  # Spark writes values below 1e-6 with an exponent ('1E-8', '0E-8')
+        return pa.array([decimal.Decimal(i - 60) / 10**8 for i in ids], pa.decimal128(18, 8))
     if kind == "date":
         return pa.array([datetime.date(1999, 12, 1) + datetime.timedelta(days=i) for i in ids], pa.date32())
     if kind == "timestamp":
@@ -243,7 +245,7 @@ def _person_ids(kind: str, count: int):
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["string", "double", "decimal", "date", "timestamp", "binary"])
+@pytest.mark.parametrize("kind", ["string", "double", "decimal", "decimal8", "date", "timestamp", "binary"])
 def test_both_engines_keep_the_same_groups_of_each_person(engines, kind):
     """A person in more groups than allowed keeps the first in an order hashed from the person's
     text: both engines must write that text alike for every person type they accept."""
@@ -303,4 +305,32 @@ def test_spark_refuses_a_person_column_it_cannot_write_as_duckdb_does(engines, k
     # One group per person needs no order: accepted.
     session.release(
         session.table().group_by("region", keys=["a", "b"]).bound(groups_per_person=2).agg(n=E.count()), epsilon=1.0
+    )
+
+
+def test_both_engines_rank_small_decimal_keys_alike(engines):
+    """Private DECIMAL keys below 1e-6 are ranked by their text: Spark's must be DuckDB's
+    ('0.00000001', not '1E-8'), or a person in several groups keeps other groups on Spark."""
+    import decimal
+
+    import numpy as np
+    import pyarrow as pa
+
+    _, spark = engines
+    rng = np.random.default_rng(8)
+    values = [decimal.Decimal(int(v)) / 10**8 for v in rng.integers(-40, 40, 900)]
+    table = pa.table({"pid": pa.array(rng.integers(0, 150, 900)), "d": pa.array(values, pa.decimal128(18, 8))})
+    options = {"name": "small", "privacy_unit": "pid", "budget": dpkit.ApproxDP(1000, 1e-3)}
+    duck_s = E.Session.from_arrow(table, **options)
+    spark_s = E.Session.from_arrow(table, backend=spark._backend, **options)
+    query = duck_s.table().group_by("d").bound(groups_per_person=2).agg(n=E.count())
+    compiled = compile_query(query.plan, duck_s._context(), parse_request(duck_s.budget, epsilon=1.0, delta=1e-6))
+    plan = aggregation_plan(compiled, {}, "a fixed salt")
+    on_duck, on_spark = duck_s._backend.run(plan), spark_s._backend.run(plan)
+    # (keyed by value: the engines' Decimals may differ in their exponent, 1E-8 and 1.0E-8)
+    assert dict(zip(on_duck.keys, on_duck.columns["persons"], strict=True)) == dict(
+        zip(on_spark.keys, on_spark.columns["persons"], strict=True)
+    )
+    assert dict(zip(on_duck.keys, on_duck.columns["rows"], strict=True)) == dict(
+        zip(on_spark.keys, on_spark.columns["rows"], strict=True)
     )

@@ -228,6 +228,30 @@ def _text_template(kind: str) -> Any:
     return sqlglot.parse_one(text, read="spark")
 
 
+#: DuckDB's text of a DECIMAL of scale ``{scale}`` > 0 from Spark's: Spark writes a value below 1e-6
+#: as <digits>E-<n> (exact digits, at most the scale's), DuckDB as 0.<zeros><digits> padded to the scale.
+_DECIMAL_TEXT = """
+CASE WHEN instr(CAST(__dpkit_x AS STRING), 'E') = 0 THEN CAST(__dpkit_x AS STRING) ELSE concat(
+  CASE WHEN __dpkit_x < 0 THEN '-' ELSE '' END, '0.',
+  rpad(concat(
+    repeat('0', -CAST(substring_index(CAST(__dpkit_x AS STRING), 'E', -1) AS INT) - 1),
+    regexp_replace(substring_index(CAST(__dpkit_x AS STRING), 'E', 1), '[-.]', '')), {scale}, '0')) END
+"""
+
+
+@functools.lru_cache(maxsize=8)
+def _decimal_text_template(scale: int) -> Any:
+    import sqlglot
+
+    return sqlglot.parse_one(_DECIMAL_TEXT.format(scale=scale), read="spark")
+
+
+def _decimal_scale(kind: str) -> int:
+    """The scale of a Spark ``decimal(p,s)`` type name (0 for any other type)."""
+    match = re.fullmatch(r"decimal\(\s*\d+\s*,\s*(\d+)\s*\)", kind.strip().lower())
+    return int(match.group(1)) if match else 0
+
+
 def _with_value(template: Any, value: Any) -> Any:
     """``template`` (a tree with the column ``__dpkit_x``) with each ``__dpkit_x`` replaced by ``value``."""
     from sqlglot import exp
@@ -448,6 +472,11 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source == "double":
             return _with_value(_double_text_template(), node.this)
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source is not None:
+            scale = _decimal_scale(source)
+            if scale:
+                # DuckDB writes a DECIMAL with all its scale's digits, never an exponent; Spark's
+                # BigDecimal text has one below 1e-6 ('1E-8', '0E-8', '-1.5E-7'), written out here.
+                return _with_value(_decimal_text_template(scale), node.this)
             # (FLOAT, BLOB and duration keys are ranked by this text too)
             template = "interval" if source.startswith("interval day") else source
             if template in ("float", "binary", "interval"):

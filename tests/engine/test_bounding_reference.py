@@ -54,10 +54,11 @@ PRIME = 2**31 - 1
 
 
 def choice_key(person: int, group: int, index: int) -> int:
-    """The documented group-choice key of an integer person: h = (person mod p) * c0 + c1, u = h + c2 *
-    group, v = u^5 * c3 + c4, key = v^5 (all mod p), then the group index in the low 31 bits."""
+    """The documented group-choice key of an integer person: h = (person mod p) * c0 + (person mod q) *
+    c5 + c1, u = h + c2 * group, v = u^5 * c3 + c4, key = v^5 (all mod p, q = 2^31 - 19), then the
+    group index in the low 31 bits."""
     c = choice_constants(SALT)
-    h = ((person % PRIME) * c[0] + c[1]) % PRIME
+    h = ((person % PRIME) * c[0] + (person % (2**31 - 19)) * c[5] + c[1]) % PRIME
     u = (h + group * c[2]) % PRIME
     v = (pow(u, 5, PRIME) * c[3] + c[4]) % PRIME
     return pow(v, 5, PRIME) * 2**31 + index

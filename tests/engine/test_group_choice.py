@@ -13,6 +13,7 @@ import math
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pytest
 from engine_fixtures import exact_aggregates
 
@@ -89,3 +90,42 @@ def test_a_persons_choice_does_not_depend_on_anyone_elses_groups(seed, g):
         results.append({key: values for key, *values in rows if key[0].startswith("g")})
     assert results[0] == results[1]
     assert len(results[0]) == 10
+
+
+def test_integer_ids_a_multiple_of_the_prime_apart_are_still_spread():
+    """Ids i * (2^31 - 1) share their residue modulo 2^31 - 1; the second prime tells them apart
+    (before, all 4,000 people kept the same group). Same Hoeffding slack as above (one check per group)."""
+    people = np.repeat(np.arange(PEOPLE, dtype=np.int64) * (2**31 - 1), len(GROUPS))
+    frame = pd.DataFrame({"person_id": people, "g": np.tile(GROUPS, PEOPLE)})
+    session = E.Session.from_pandas(frame, name="t", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3))
+    query = session.table().group_by("g", keys=GROUPS).agg(n=E.count())
+    _, result = exact_aggregates(session, query, salt=SALTS[0], epsilon=1.0)
+    persons = dict(zip((key[0] for key in result.keys), result.columns["persons"], strict=True))
+    for group in GROUPS:
+        assert abs(persons.get(group, 0) - PEOPLE / len(GROUPS)) <= SLACK, persons
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([[0.0], [-0.0], [1.0]], pa.list_(pa.float64())),
+        pa.array([{"a": 0.0}, {"a": -0.0}, {"a": 1.0}], pa.struct([("a", pa.float64())])),
+        pa.array([(1, 0, 0), (0, 30, 0), (0, 1, 0)], pa.month_day_nano_interval()),
+    ],
+    ids=["list", "struct", "interval"],
+)
+def test_a_person_column_without_one_text_per_person_is_refused_where_groups_are_chosen(column):
+    """DuckDB groups [0.0] and [-0.0] (or the intervals 1 month and 30 days) as one person but writes
+    either text: the hashed choice of that person's groups could move with other people's rows."""
+    table = pa.table({"pid": column, "g": ["a", "b", "a"]})
+    session = E.Session.from_arrow(table, name="t", privacy_unit="pid", budget=dpkit.ApproxDP(10, 1e-3))
+    with pytest.raises(dpkit.InvalidParameterError, match="privacy_unit"):
+        session.release(session.table().group_by("g").agg(n=E.count()), epsilon=1.0, delta=1e-6)
+    with pytest.raises(dpkit.InvalidParameterError, match="privacy_unit"):
+        session.release(session.table().group_by("g", keys=["a", "b"]).agg(n=E.count()), epsilon=1.0)
+    assert session.remaining == dpkit.ApproxDP(10, 1e-3)  # refused before the debit
+    # No choice to make: one public key per allowed group, or no groups at all.
+    session.release(
+        session.table().group_by("g", keys=["a", "b"]).bound(groups_per_person=2).agg(n=E.count()), epsilon=1.0
+    )
+    session.release(session.table().agg(n=E.count()), epsilon=1.0)

@@ -517,6 +517,9 @@ _PERSON_HASH_DIGITS = 7
 #: The prime modulus of the group-choice hash (2^31 - 1): products of two residues fit a BIGINT.
 _PRIME = 2**31 - 1
 _ORDER_SHIFT = 2**31
+#: A second prime below 2^31 (2^31 - 19): an integer person's residues modulo both tell apart ids
+#: up to about 2^62.
+_SECOND_PRIME = 2**31 - 19
 
 
 def _hex_integer(text: str, digits: int) -> str:
@@ -531,9 +534,9 @@ def _hex_integer(text: str, digits: int) -> str:
 
 
 def choice_constants(salt: str) -> tuple[int, ...]:
-    """Five residues in [1, prime) from ``salt``: the secret coefficients of the group-choice hash."""
+    """Six residues in [1, prime) from ``salt``: the secret coefficients of the group-choice hash."""
     digest = hashlib.sha256(f"{salt}|group choice".encode()).digest()
-    return tuple(1 + int.from_bytes(digest[4 * i : 4 * i + 4], "big") % (_PRIME - 1) for i in range(5))
+    return tuple(1 + int.from_bytes(digest[4 * i : 4 * i + 4], "big") % (_PRIME - 1) for i in range(6))
 
 
 def _person_hash(plan: AggregationPlan, person: str) -> str:
@@ -545,9 +548,10 @@ def _person_hash(plan: AggregationPlan, person: str) -> str:
     """
     c = choice_constants(plan.salt)
     if plan.person_kind == "integer":
-        # (x % p computed in the column's own type, in (-p, p), then made non-negative in BIGINT)
-        residue = f"((CAST({person} % {_PRIME} AS BIGINT) + {_PRIME}) % {_PRIME})"
-        return f"(({residue} * {c[0]} + {c[1]}) % {_PRIME})"
+        # Residues modulo p and a second prime q (x % m computed in the column's own type, in (-m, m),
+        # then made non-negative in BIGINT): ids that differ by a multiple of p alone still differ.
+        residues = [f"((CAST({person} % {m} AS BIGINT) + {m}) % {m})" for m in (_PRIME, _SECOND_PRIME)]
+        return f"(({residues[0]} * {c[0]} % {_PRIME} + {residues[1]} * {c[5]} % {_PRIME} + {c[1]}) % {_PRIME})"
     text = f"md5(concat({_literal(plan.salt)}, ':', CAST({person} AS VARCHAR)))"
     return _hex_integer(text, _PERSON_HASH_DIGITS)
 

@@ -771,6 +771,28 @@ def _floating(column: ColumnInfo | None) -> bool:
     )
 
 
+def _check_person_for_group_choice(context: CompileContext, query: Query, groups_per_person: int) -> None:
+    """Refuse a person column whose text is not one per person where groups per person are bounded.
+
+    A person in more groups than allowed keeps groups in an order hashed from the person's text
+    (``AggregationPlan.person_kind``). The engines group a list or struct holding 0.0 and -0.0, or
+    the intervals '1 month' and '30 days', as one person, but write either text, whichever row they
+    read first: the person's choice could then move with other people's rows.
+    """
+    if query.keys is not None and groups_per_person >= len(query.keys):
+        return  # nobody can be in more groups than allowed: no choice is made
+    column = context.columns.get(context.privacy_unit or "")
+    kind = "" if column is None else str(column.type).upper()
+    if kind.endswith("]") or kind.startswith(("STRUCT", "MAP", "UNION", "INTERVAL", "ARRAY")):
+        raise InvalidParameterError(
+            "privacy_unit",
+            context.privacy_unit,
+            f"is a {column.type if column else kind} column: a person in several groups keeps groups chosen by a "
+            "hash of the person's text, which this type does not have one of per person; use a scalar id "
+            "(integer, text, date...), or public keys with groups_per_person at least their number",
+        )
+
+
 def _person_kind(column: ColumnInfo | None) -> str:
     """How the group choice hashes a person (``AggregationPlan.person_kind``): "integer", "float" or "text"."""
     if column is not None and (column.integer or re.fullmatch(r"decimal\(\s*\d+\s*,\s*0\s*\)", column.type.lower())):
@@ -926,6 +948,8 @@ def compile_query(
         groups_bound = min(groups_bound, len(query.keys))
     if not query.group_by:
         groups_bound = 1
+    if context.privacy_unit is not None and query.group_by:
+        _check_person_for_group_choice(context, query, contribution.groups_per_person)
 
     # Bounds: the aggregate's own, then the call's, then the session's.
     if bounds is not None and not isinstance(bounds, Mapping):

@@ -556,29 +556,28 @@ def _person_hash(plan: AggregationPlan, person: str) -> str:
     return _hex_integer(text, _PERSON_HASH_DIGITS)
 
 
-def _keyed(
-    plan: AggregationPlan, source: str, columns: list[str], person_hash: str, index: str, group_hash: str | None
-) -> str:
-    """``SELECT columns, __o FROM source`` as a subquery: ``__o`` is, per (person, group) row, the
-    integer whose order is the person's own order of their groups (SQL, BIGINT).
+def _keyed(plan: AggregationPlan, source: str, table: str, names: list[str], person_hash: str) -> str:
+    """``SELECT names, __o FROM source`` as a subquery (each name read from ``table``): ``__o`` is, per
+    (person, group) row, the integer whose order is the person's own order of their groups (BIGINT).
 
     ``u = h(person) + c * group (mod p)``, where the group is its rank in the public key list or
-    (private keys) its salted hash ``group_hash``, never its rank among the groups present (that
+    (private keys) its salted hash ``__kh``, never its rank among the groups present (that
     rank depends on other people's rows). ``u`` then goes through two rounds of x -> x^5 (a
     permutation modulo p, as 5 does not divide p - 1) with an affine step between: for a person, the
     order of the results is a pseudo-random order of their groups, different for each person and
     each salt, and two groups never tie (the map is one-to-one in the group). The group index
-    ``index`` (below 2^31) is added in the low bits: the key is unique among a person's groups.
+    ``__ki`` (below 2^31) is added in the low bits: the key is unique among a person's groups.
     Each round is its own subquery, so that no engine computes a power's operand more than once.
     """
     c = choice_constants(plan.salt)
-    group = f"CAST({index} AS BIGINT)" if group_hash is None else f"({group_hash} % {_PRIME})"
-    selected = ", ".join(columns)
-    names = ", ".join(column.rsplit(" AS ", 1)[-1].rsplit(".", 1)[-1] for column in columns)
+    index = f"CAST({table}.__ki AS BIGINT)"
+    group = index if plan.indexed_keys else f"({table}.__kh % {_PRIME})"
+    selected = ", ".join(f"{table}.{name} AS {name}" for name in names)
+    listed = ", ".join(names)
     mixed = f"({person_hash} + {group} * {c[2]} % {_PRIME}) % {_PRIME}"
-    u = f"SELECT {selected}, CAST({index} AS BIGINT) AS __i, {mixed} AS __u FROM {source}"
-    v = f"SELECT {names}, __i, ({_fifth_power('__u')} * {c[3]} + {c[4]}) % {_PRIME} AS __v FROM ({u}) AS __round1"
-    return f"(SELECT {names}, {_fifth_power('__v')} * {_ORDER_SHIFT} + __i AS __o FROM ({v}) AS __round2)"
+    u = f"SELECT {selected}, {index} AS __i, {mixed} AS __u FROM {source}"
+    v = f"SELECT {listed}, __i, ({_fifth_power('__u')} * {c[3]} + {c[4]}) % {_PRIME} AS __v FROM ({u}) AS __round1"
+    return f"(SELECT {listed}, {_fifth_power('__v')} * {_ORDER_SHIFT} + __i AS __o FROM ({v}) AS __round2)"
 
 
 def _fifth_power(x: str) -> str:
@@ -639,9 +638,8 @@ def _render_bounded(
         carried = ", ".join(["__raw.__pid", "__kv.__ki", *hashed, *(f"__raw.{v}" for v in values)])
         base = f"SELECT {carried} FROM __raw JOIN __kv ON {_key_match(plan, '__raw', groups)}"
     ctes.append(f"__base AS NOT MATERIALIZED ({base})")
-    group_hash = None if plan.indexed_keys or not groups else "__base.__kh"
     # (a histogram's pairs of person and group carry the group's hash too: one value per group)
-    carried_hash = "" if group_hash is None else ", MIN(__kh) AS __kh"
+    carried_hash = "" if plan.indexed_keys or not groups else ", MIN(__kh) AS __kh"
 
     if plan.histogram is None:
         sums = "".join(f", SUM(__v{i}) AS __s{i}" for i in range(len(plan.moments)))
@@ -661,7 +659,7 @@ def _render_bounded(
             )
             joined = "__base JOIN __m ON __base.__pid = __m.__pid"
             if g == 1:  # each keeps their group of least key: found first, then only its rows are aggregated
-                keyed = _keyed(plan, joined, ["__base.__pid AS __pid"], "__m.__ph", "__base.__ki", group_hash)
+                keyed = _keyed(plan, joined, "__base", ["__pid"], "__m.__ph")
                 ctes.append(f"__pick AS (SELECT __pid, MIN(__o) AS __o FROM {keyed} AS __keyed GROUP BY __pid)")
                 mixed = (
                     f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN __pick "
@@ -669,15 +667,8 @@ def _render_bounded(
                     "GROUP BY __r.__pid, __r.__ki"
                 )
             else:
-                values_of = [f"__base.__v{i} AS __v{i}" for i in range(len(plan.moments))]
-                keyed = _keyed(
-                    plan,
-                    joined,
-                    ["__base.__pid AS __pid", "__base.__ki AS __ki", *values_of],
-                    "__m.__ph",
-                    "__base.__ki",
-                    group_hash,
-                )
+                names = ["__pid", "__ki", *(f"__v{i}" for i in range(len(plan.moments)))]
+                keyed = _keyed(plan, joined, "__base", names, "__m.__ph")
                 ctes.append(
                     f"__mpg AS (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
                     f"FROM {keyed} AS __keyed GROUP BY __pid, __ki)"
@@ -711,15 +702,7 @@ def _render_bounded(
         else:
             # Each person's own order of their groups (_keyed).
             keyed = (
-                _keyed(
-                    plan,
-                    "__pg",
-                    ["__pg.__pid AS __pid", "__pg.__ki AS __ki", "__pg.__n AS __n"],
-                    _person_hash(plan, "__pg.__pid"),
-                    "__pg.__ki",
-                    None if group_hash is None else "__pg.__kh",
-                )
-                + " AS __keyed"
+                _keyed(plan, "__pg", "__pg", ["__pid", "__ki", "__n"], _person_hash(plan, "__pg.__pid")) + " AS __keyed"
             )
             if g == 1:
                 chosen = (

@@ -33,6 +33,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,8 +48,10 @@ __all__ = [
     "AggregationResult",
     "Histogram",
     "KEY_TABLE_THRESHOLD",
+    "chooses_groups",
     "Moment",
     "conditions_sql",
+    "decimal_scale",
     "key_table_columns",
     "render_sql",
     "unit_exponent",
@@ -202,11 +205,23 @@ class AggregationPlan:
     @property
     def bounds_groups(self) -> bool:
         """Whether some person could be in more groups than allowed (needs the ranking step)."""
-        if self.person is None or not self.groups:
-            return False
-        if self.keys is not None:
-            return self.groups_per_person < len(self.keys)
-        return True
+        return chooses_groups(self.person, self.groups, self.keys, self.groups_per_person)
+
+
+def chooses_groups(
+    person: str | None, groups: tuple[Any, ...], keys: tuple[Any, ...] | None, groups_per_person: int
+) -> bool:
+    """Whether a person could be in more groups than ``groups_per_person`` allows, so that the bounding
+    chooses which groups they keep (by ``_keyed``): per person, grouped, and not within the public keys."""
+    if person is None or not groups:
+        return False
+    return keys is None or groups_per_person < len(keys)
+
+
+def decimal_scale(kind: str) -> int | None:
+    """The scale of a DECIMAL type name (DuckDB's 'DECIMAL(18,8)' or Spark's 'decimal(18,8)'), else None."""
+    match = re.fullmatch(r"decimal\(\s*\d+\s*,\s*(\d+)\s*\)", kind.strip().lower())
+    return int(match.group(1)) if match else None
 
 
 @functools.lru_cache(maxsize=4)

@@ -43,7 +43,7 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, check_probability
-from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment
+from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment, chooses_groups, decimal_scale
 from dpkit.engine._backends import ColumnInfo
 from dpkit.engine._plan import (
     AUTO,
@@ -779,8 +779,8 @@ def _check_person_for_group_choice(context: CompileContext, query: Query, groups
     the intervals '1 month' and '30 days', as one person, but write either text, whichever row they
     read first: the person's choice could then move with other people's rows.
     """
-    if query.keys is not None and groups_per_person >= len(query.keys):
-        return  # nobody can be in more groups than allowed: no choice is made
+    if not chooses_groups(context.privacy_unit, query.group_by, query.keys, groups_per_person):
+        return
     column = context.columns.get(context.privacy_unit or "")
     kind = "" if column is None else str(column.type).upper()
     if kind.endswith("]") or kind.startswith(("STRUCT", "MAP", "UNION", "INTERVAL", "ARRAY")):
@@ -795,7 +795,7 @@ def _check_person_for_group_choice(context: CompileContext, query: Query, groups
 
 def _person_kind(column: ColumnInfo | None) -> str:
     """How the group choice hashes a person (``AggregationPlan.person_kind``): "integer", "float" or "text"."""
-    if column is not None and (column.integer or re.fullmatch(r"decimal\(\s*\d+\s*,\s*0\s*\)", column.type.lower())):
+    if column is not None and (column.integer or decimal_scale(column.type) == 0):
         return "integer"
     return "float" if _floating(column) else "text"
 
@@ -948,8 +948,7 @@ def compile_query(
         groups_bound = min(groups_bound, len(query.keys))
     if not query.group_by:
         groups_bound = 1
-    if context.privacy_unit is not None and query.group_by:
-        _check_person_for_group_choice(context, query, contribution.groups_per_person)
+    _check_person_for_group_choice(context, query, contribution.groups_per_person)
 
     # Bounds: the aggregate's own, then the call's, then the session's.
     if bounds is not None and not isinstance(bounds, Mapping):

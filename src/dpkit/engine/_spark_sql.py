@@ -21,9 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._aggregation import (
-    AggregationPlan,
-)
+from dpkit.engine._aggregation import AggregationPlan, decimal_scale
 
 __all__ = ["check_spark_keys", "duck_column_type", "spark_semantics"]
 
@@ -246,12 +244,6 @@ def _decimal_text_template(scale: int) -> Any:
     return sqlglot.parse_one(_DECIMAL_TEXT.format(scale=scale), read="spark")
 
 
-def _decimal_scale(kind: str) -> int:
-    """The scale of a Spark ``decimal(p,s)`` type name (0 for any other type)."""
-    match = re.fullmatch(r"decimal\(\s*\d+\s*,\s*(\d+)\s*\)", kind.strip().lower())
-    return int(match.group(1)) if match else 0
-
-
 def _with_value(template: Any, value: Any) -> Any:
     """``template`` (a tree with the column ``__dpkit_x``) with each ``__dpkit_x`` replaced by ``value``."""
     from sqlglot import exp
@@ -472,7 +464,7 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source == "double":
             return _with_value(_double_text_template(), node.this)
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source is not None:
-            scale = _decimal_scale(source)
+            scale = decimal_scale(source)
             if scale:
                 # DuckDB writes a DECIMAL with all its scale's digits, never an exponent; Spark's
                 # BigDecimal text has one below 1e-6 ('1E-8', '0E-8', '-1.5E-7'), written out here.

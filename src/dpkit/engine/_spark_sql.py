@@ -77,7 +77,7 @@ def check_spark_keys(plan: AggregationPlan, types: Mapping[str, str]) -> None:
     Refused only where the keys come from the data (no public key list, or one that cannot be
     indexed), before anything is spent (the backend's check runs before the debit).
     """
-    if plan.person is not None and plan.bounds_groups:
+    if plan.bounds_groups:  # (per person, by definition)
         # A person in several groups keeps the first in an order hashed from the person's text
         # (``_person_hash``), which Spark writes as DuckDB does for these types only.
         kind = types.get("__pid", "").lower()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dpkit.engine._compiler import aggregation_plan, compile_query, parse_request
+from dpkit.engine._compiler import aggregation_plan, compile_query, histogram_plan, parse_request
 
 
 def make_people(rows: int = 3000, people: int = 400, seed: int = 7) -> pd.DataFrame:
@@ -28,6 +28,25 @@ def exact_aggregates(session, query, bounds=None, *, salt: str = "salt", **cost)
     compiled = compile_query(query.plan, session._context(), request, bounds=bounds)
     resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
     return compiled, session._backend.run(aggregation_plan(compiled, resolved, salt))
+
+
+def exact_releases(session, query, *, salt: str = "salt", **cost) -> list[list[str]]:
+    """Every noiseless aggregation ``query`` runs (its sums and counts, then one histogram per
+    quantile column), each as the sorted reprs of its rows: comparable across processes."""
+    request = parse_request(session.budget, **(cost or {"epsilon": 1.0}))
+    compiled = compile_query(query.plan, session._context(), request)
+    resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
+    plans = [aggregation_plan(compiled, resolved, salt)]
+    plans += [
+        histogram_plan(compiled, s, resolved[s.column or ""], salt) for s in compiled.statistics if s.kind == "hist"
+    ]
+    out = []
+    for plan in plans:
+        result = session._backend.run(plan)
+        histograms = [sorted(h.items()) for h in result.histogram or []]
+        rows = zip(result.keys, *result.columns.values(), *([histograms] if histograms else []), strict=True)
+        out.append(sorted(repr(row) for row in rows))
+    return out
 
 
 def far_instants(kind: str, unit: str = "pid"):

@@ -908,6 +908,33 @@ def test_a_long_public_key_list_is_read_from_a_registered_table_with_the_same_re
     assert not [t for (t,) in tables if t.startswith("__dpkit_keys_")]
 
 
+def test_private_keys_are_ranked_into_a_temporary_table_with_the_same_result(people, monkeypatch):
+    """DuckDB runs private keys' ranking first, into a table whose size its planner sees (as a CTE it
+    was estimated at the table's row count); the aggregates are those of the one-statement text, and
+    the table is dropped after the query, also when the query fails."""
+    import duckdb
+
+    from dpkit.engine import _backends
+
+    s = E.Session.from_pandas(people, name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3))
+    query = s.table().group_by("region").bound(rows_per_group=2, groups_per_person=2)
+    query = query.agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    compiled, by_table = exact_aggregates(s, query, epsilon=1.0, delta=1e-6)
+    plan = _aggregation_plan(compiled)
+    assert _backends.private_keys_sql(plan) is not None
+    connection = s._backend._connection
+    inline = connection.execute(_backends.render_sql(plan)).fetchall()  # the key list as a CTE
+    columns = by_table.columns.values()
+    assert sorted(inline) == sorted((key[0], *rest) for key, *rest in zip(by_table.keys, *columns, strict=True))
+    assert len(inline) == len(REGIONS)
+    listed = "SELECT table_name FROM duckdb_tables()"
+    assert not [t for (t,) in connection.execute(listed).fetchall() if t.startswith("__dpkit_keys_")]
+    monkeypatch.setattr(_backends, "render_sql", lambda plan, key_table=None: f"SELECT * FROM {key_table}, nowhere")
+    with pytest.raises(duckdb.CatalogException):
+        s._backend.run(plan)
+    assert not [t for (t,) in connection.execute(listed).fetchall() if t.startswith("__dpkit_keys_")]
+
+
 def test_a_long_key_list_arrow_cannot_type_falls_back_to_values():
     """Keys of mixed kinds in one column (ints and a string) make no Arrow column: VALUES is used."""
     from types import SimpleNamespace

@@ -11,7 +11,8 @@ person ORDER BY random()) <= k``):
    in several groups are hashed, and each keeps the g groups first in an order of their own (a
    salted hash of the person and the group: ``_keyed``), so each of their groups is equally
    likely to be kept; with g = 1 that group is found first and only its rows are aggregated,
-   otherwise their rows are aggregated per (person, group) and ranked;
+   otherwise their rows are aggregated per (person, group) and each keeps the pairs up to their
+   g-th least key (found in g rounds of MIN, which spill to disk where a window would not);
 3. bound rows: a person with n > k rows in a group adds k to the count. To a SUM they add
    their total, clamped to k times the row bounds (``Moment.cap_total``): at most k rows'
    worth of clamped values, so the sensitivity is the same as keeping k rows, but nothing is
@@ -53,6 +54,7 @@ __all__ = [
     "conditions_sql",
     "decimal_scale",
     "key_table_columns",
+    "private_keys_sql",
     "render_sql",
     "unit_exponent",
 ]
@@ -404,9 +406,43 @@ def conditions_sql(plan: AggregationPlan) -> str | None:
 def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
     """The bounded aggregation as one DuckDB-dialect statement (backends transpile it).
 
-    ``key_table``: the name under which the backend registered :func:`key_table_columns`; the
-    indexed key list is then read from it instead of being written as VALUES (same rows, same ranks).
+    ``key_table``: a table the backend filled with the key list, read instead of computing it in
+    the statement (same rows, same ranks): for indexed public keys, :func:`key_table_columns`
+    (otherwise written as VALUES); for private keys, the result of :func:`private_keys_sql`
+    (otherwise a MATERIALIZED CTE, whose size DuckDB cannot see when it orders the joins).
     """
+    base, groups, keep = _rows(plan)
+    if plan.person is None:
+        # One row per person: every weight is 1 and each row is in one group.
+        sums = [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
+        if plan.indexed_keys:
+            return _render_row_level_indexed(plan, base, groups, key_table)
+        having = (" HAVING " + " AND ".join(keep)) if keep else ""
+        outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons", *sums]
+        by = groups[:]
+        if plan.histogram is not None:
+            outputs = [*groups, "__b", f"COUNT(*) * {2**Histogram.WEIGHT_BITS} AS w"]
+            by.append("__b")
+        grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
+        return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
+
+    return _render_bounded(plan, base, groups, keep, key_table)
+
+
+def private_keys_sql(plan: AggregationPlan) -> str | None:
+    """The query of the private groups present, ranked (``__k0, ..., __kh, __ki``: see
+    :func:`_render_bounded`), for a backend to store in a table and pass to :func:`render_sql` as
+    ``key_table``; None for plans that rank no private keys (public keys, no groups, no person).
+    Reads the data: run it after the debit only."""
+    if plan.person is None or not plan.groups or plan.indexed_keys:
+        return None
+    base, groups, keep = _rows(plan)
+    return f"WITH __raw AS ({base}) {_private_key_list(groups, keep, plan.salt)}"
+
+
+def _rows(plan: AggregationPlan) -> tuple[str, list[str], list[str]]:
+    """The filtered rows with their person, group, value and bin aliases (a SELECT), the group
+    aliases, and the key-set conditions the groups must meet (private keys; empty otherwise)."""
     groups = [f"__g{i}" for i in range(len(plan.groups))]
     select = [
         f"{_group_expression(g, plan.float_groups)} AS {name}" for g, name in zip(plan.groups, groups, strict=True)
@@ -436,26 +472,10 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
     # Indexed public keys are filtered by the join to their list (below); the conditions are only
     # written where they are used (a key list can be long).
     keep = [] if plan.indexed_keys else _key_filter(plan)
-    having = (" HAVING " + " AND ".join(keep)) if keep else ""
     if person is not None:
         conditions.insert(0, f"{person} IS NOT NULL")  # rows without a person are dropped (documented)
     where = (" WHERE " + " AND ".join(conditions)) if conditions else ""
-    base = f"SELECT {', '.join(select or ['1 AS __one'])} FROM {source}{where}"
-
-    if person is None:
-        # One row per person: every weight is 1 and each row is in one group.
-        sums = [f"CAST(SUM(CAST(__v{i} AS BIGINT)) AS DECIMAL(38, 0)) AS m{i}" for i in range(len(plan.moments))]
-        if plan.indexed_keys:
-            return _render_row_level_indexed(plan, base, groups, key_table)
-        outputs = [*groups, "COUNT(*) AS rows", "COUNT(*) AS persons", *sums]
-        by = groups[:]
-        if plan.histogram is not None:
-            outputs = [*groups, "__b", f"COUNT(*) * {2**Histogram.WEIGHT_BITS} AS w"]
-            by.append("__b")
-        grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
-        return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
-
-    return _render_bounded(plan, base, groups, keep, key_table)
+    return f"SELECT {', '.join(select or ['1 AS __one'])} FROM {source}{where}", groups, keep
 
 
 def _render_row_level_indexed(plan: AggregationPlan, base: str, groups: list[str], key_table: str | None) -> str:
@@ -508,6 +528,25 @@ def _key_match(plan: AggregationPlan, rows: str, groups: list[str]) -> str:
     return " AND ".join(
         f"{rows}.{name} IS NULL" if i in plan.null_key_columns else f"{rows}.{name} IS NOT DISTINCT FROM __kv.__k{i}"
         for i, name in enumerate(groups)
+    )
+
+
+def _private_key_list(groups: list[str], keep: list[str], salt: str) -> str:
+    """The distinct groups of ``__raw`` that meet ``keep``, as ``__k0, ..., __kh, __ki`` (a SELECT).
+
+    ``__kt``, the group's salted md5, ranks it (``__ki``); ``__kh``, an integer of its first digits,
+    enters each person's order of their groups (see :func:`_keyed`). An integer: rows that carry
+    text through the per-person steps make DuckDB run out of a small memory limit.
+    """
+    encoded = _encoded(groups)
+    present = f"SELECT DISTINCT {', '.join(groups)} FROM __raw" + (f" WHERE {' AND '.join(keep)}" if keep else "")
+    renamed = ", ".join(f"{name} AS __k{i}" for i, name in enumerate(groups))
+    keys = ", ".join(f"__k{i}" for i in range(len(groups)))
+    return (
+        f"SELECT {keys}, {_hex_integer('__kt', _GROUP_HASH_DIGITS)} AS __kh, "
+        "CAST(ROW_NUMBER() OVER (ORDER BY __kt, __ke) - 1 AS INTEGER) AS __ki FROM (SELECT "
+        f"{renamed}, md5(concat({_literal(salt)}, {encoded})) AS __kt, {encoded} AS __ke "
+        f"FROM ({present}) AS __present) AS __hashed"
     )
 
 
@@ -595,6 +634,28 @@ def _keyed(plan: AggregationPlan, source: str, table: str, names: list[str], per
     return f"(SELECT {listed}, {_fifth_power('__v')} * {_ORDER_SHIFT} + __i AS __o FROM ({v}) AS __round2)"
 
 
+def _least_keys(table: str, g: int) -> list[str]:
+    """CTEs ending in ``__th(__pid, __t)``: per person of ``table`` (one row per person and group,
+    with its key ``__o``, unique among the person's groups), the g-th least key, or a key above
+    all for a person in at most g groups. A person keeps the groups whose key is at most ``__t``.
+
+    Found in g rounds of MIN over the people in more than g groups, each a hash aggregation and a
+    hash join, which DuckDB spills to disk; a window ranking each person's groups does not spill.
+    """
+    ctes = [f"__t1 AS (SELECT __pid, MIN(__o) AS __t, COUNT(*) AS __c FROM {table} GROUP BY __pid)"]
+    for j in range(2, g + 1):
+        wider = f" WHERE __t1.__c > {g}" if j == 2 else ""
+        ctes.append(
+            f"__t{j} AS (SELECT {table}.__pid, MIN({table}.__o) AS __t FROM {table} JOIN __t{j - 1} "
+            f"ON {table}.__pid = __t{j - 1}.__pid AND {table}.__o > __t{j - 1}.__t{wider} GROUP BY {table}.__pid)"
+        )
+    above = _ORDER_SHIFT * _PRIME  # every key is below (p - 1) * 2^31 + 2^31
+    ctes.append(
+        f"__th AS (SELECT __pid, __t FROM __t{g} UNION ALL SELECT __pid, {above} AS __t FROM __t1 WHERE __c <= {g})"
+    )
+    return ctes
+
+
 def _fifth_power(x: str) -> str:
     """x^5 modulo the prime for a residue ``x`` (each product of two residues fits a BIGINT)."""
     square = f"({x} * {x} % {_PRIME})"
@@ -620,7 +681,11 @@ def _render_bounded(
     the person) is then complete. The people in several groups (``__m``, with their hash) keep the
     g groups of least key in their own order (``_keyed``): with g = 1 a pass over their rows finds
     each one's group (``__pick``) and a second aggregates that group's rows only; with g > 1 their
-    rows are aggregated per (person, group) and ranked by key.
+    rows are aggregated per (person, group) and the pairs up to each one's g-th least key are kept
+    (:func:`_least_keys`).
+
+    Private keys are ranked in a MATERIALIZED CTE, or read from ``key_table`` where the backend
+    stored :func:`private_keys_sql`'s rows first (DuckDB: its planner then knows their number).
     """
     k, g = plan.rows_per_group, plan.groups_per_person
     values = [f"__v{i}" for i in range(len(plan.moments))] + (["__b"] if plan.histogram is not None else [])
@@ -631,22 +696,10 @@ def _render_bounded(
     else:
         if plan.indexed_keys:
             ctes.append(_key_list(plan, key_table))
+        elif key_table is not None:  # the backend stored private_keys_sql's rows
+            ctes.append(f"__kv AS (SELECT {', '.join([*key_names, '__kh', '__ki'])} FROM {_quote(key_table)})")
         else:
-            encoded = _encoded(groups)
-            present = f"SELECT DISTINCT {', '.join(groups)} FROM __raw" + (
-                f" WHERE {' AND '.join(keep)}" if keep else ""
-            )
-            renamed = ", ".join(f"{name} AS {key}" for name, key in zip(groups, key_names, strict=True))
-            # __kt: the group's salted md5, which ranks it; __kh, an integer of its first digits, enters
-            # each person's order of their groups (see _keyed). An integer: rows that carry text
-            # through the per-person steps make DuckDB run out of a small memory limit.
-            ctes.append(
-                f"__kv AS MATERIALIZED (SELECT {', '.join(key_names)}, "
-                f"{_hex_integer('__kt', _GROUP_HASH_DIGITS)} AS __kh, "
-                "CAST(ROW_NUMBER() OVER (ORDER BY __kt, __ke) - 1 AS INTEGER) AS __ki FROM (SELECT "
-                f"{renamed}, md5(concat({_literal(plan.salt)}, {encoded})) AS __kt, {encoded} AS __ke "
-                f"FROM ({present}) AS __present) AS __hashed)"
-            )
+            ctes.append(f"__kv AS MATERIALIZED ({_private_key_list(groups, keep, plan.salt)})")
         # (Private keys: each row also carries its group's hash __kh, which only the rows of people in
         # several groups read: engines drop it from the other reads of __base.)
         hashed = [] if plan.indexed_keys else ["__kv.__kh"]
@@ -685,12 +738,13 @@ def _render_bounded(
                 names = ["__pid", "__ki", *(f"__v{i}" for i in range(len(plan.moments)))]
                 keyed = _keyed(plan, joined, "__base", names, "__m.__ph")
                 ctes.append(
-                    f"__mpg AS (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
+                    f"__mpg AS MATERIALIZED (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
                     f"FROM {keyed} AS __keyed GROUP BY __pid, __ki)"
                 )
+                ctes += _least_keys("__mpg", g)
                 mixed = (
-                    f"SELECT __ki, __n{kept} FROM (SELECT __mpg.*, ROW_NUMBER() OVER (PARTITION BY __pid "
-                    f"ORDER BY __o) AS __rank FROM __mpg) AS __ranked WHERE __rank <= {g}"
+                    f"SELECT __mpg.__ki, __mpg.__n{kept.replace(', ', ', __mpg.')} FROM __mpg JOIN __th "
+                    "ON __mpg.__pid = __th.__pid AND __mpg.__o <= __th.__t"
                 )
             ctes.append(f"__chosen AS (SELECT __lo AS __ki, __n{kept} FROM __pp WHERE __lo = __hi UNION ALL {mixed})")
         outputs = [f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
@@ -716,17 +770,18 @@ def _render_bounded(
             chosen = "(SELECT * FROM __pg)"
         else:
             # Each person's own order of their groups (_keyed).
-            keyed = (
-                _keyed(plan, "__pg", "__pg", ["__pid", "__ki", "__n"], _person_hash(plan, "__pg.__pid")) + " AS __keyed"
-            )
+            keyed = _keyed(plan, "__pg", "__pg", ["__pid", "__ki", "__n"], _person_hash(plan, "__pg.__pid"))
             if g == 1:
                 chosen = (
-                    f"(SELECT __pid, arg_min(__ki, __o) AS __ki, arg_min(__n, __o) AS __n FROM {keyed} GROUP BY __pid)"
+                    f"(SELECT __pid, arg_min(__ki, __o) AS __ki, arg_min(__n, __o) AS __n FROM {keyed} AS __keyed "
+                    "GROUP BY __pid)"
                 )
             else:
+                ctes.append(f"__pgk AS MATERIALIZED (SELECT * FROM {keyed} AS __keyed)")
+                ctes += _least_keys("__pgk", g)
                 chosen = (
-                    f"(SELECT __pid, __ki, __n FROM (SELECT __keyed.*, ROW_NUMBER() OVER (PARTITION BY __pid "
-                    f"ORDER BY __o) AS __rank FROM {keyed}) AS __ranked WHERE __rank <= {g})"
+                    "(SELECT __pgk.__pid, __pgk.__ki, __pgk.__n FROM __pgk JOIN __th "
+                    "ON __pgk.__pid = __th.__pid AND __pgk.__o <= __th.__t)"
                 )
         ctes.append(f"__chosen AS {chosen}")
         weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / __chosen.__n) AS BIGINT)"

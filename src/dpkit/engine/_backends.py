@@ -30,6 +30,7 @@ from dpkit.engine._aggregation import (
     AggregationResult,
     conditions_sql,
     key_table_columns,
+    private_keys_sql,
     render_sql,
     repeated_keys_sql,
     view_steps,
@@ -557,7 +558,7 @@ class DuckDBBackend:
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
-        with self._key_table(plan) as key_table:
+        with self._key_table(plan, private=True) as key_table:
             sql = render_sql(plan, key_table)
             nanos = [] if plan.indexed_keys or not plan.groups else self._nanosecond_keys(sql, len(plan.groups))
             if nanos:
@@ -618,8 +619,26 @@ class DuckDBBackend:
                 )
 
     @contextlib.contextmanager
-    def _key_table(self, plan: AggregationPlan) -> Iterator[str | None]:
-        """A long public key list registered as an Arrow table for one statement (None: use VALUES)."""
+    def _key_table(self, plan: AggregationPlan, *, private: bool = False) -> Iterator[str | None]:
+        """A long public key list registered as an Arrow table for one statement (None: use VALUES).
+
+        ``private``: a plan's private groups present (``private_keys_sql``), computed into a
+        temporary table first (this reads the data: only when running). DuckDB then knows the
+        list's size; as a CTE it is estimated at the table's row count, and the join of the rows of
+        people in several groups to it was built on the wrong side (all those rows in a hash table).
+        """
+        ranking = private_keys_sql(plan) if private else None
+        if ranking is not None:
+            from dpkit.engine._aggregation import _quote
+
+            name = f"__dpkit_keys_{uuid.uuid4().hex}"
+            try:
+                self._connection.execute(f"CREATE TEMP TABLE {_quote(name)} AS {ranking}")
+                yield name
+            finally:
+                with contextlib.suppress(Exception):  # (never hides the query's own error)
+                    self._connection.execute(f"DROP TABLE IF EXISTS temp.main.{_quote(name)}")
+            return
         columns = key_table_columns(plan)
         table = None
         if columns is not None:

@@ -81,6 +81,18 @@ QUERIES = {
     "quantiles": lambda q: (
         q.group_by("region", keys=REGIONS).bound(rows_per_group=3).agg(med=E.median("age", bounds=(0, 100)))
     ),
+    # People in several groups (age bins), g >= 2: DuckDB keeps each one's g groups of least key by
+    # rounds of MIN, Spark by a window (render_sql's rank_by_window); the same groups.
+    "quantiles, groups bound": lambda q: (
+        q.group_by("region", bins={"age": [18, 40, 65, 90]}, keys={"region": REGIONS})
+        .bound(rows_per_group=3, groups_per_person=2)
+        .agg(med=E.median("income", bounds=(0, 1e5)))
+    ),
+    "private bins, groups bound": lambda q: (
+        q.group_by("region", bins={"age": [18, 30, 45, 60, 75, 90]})
+        .bound(rows_per_group=2, groups_per_person=3)
+        .agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
+    ),
 }
 
 

@@ -403,13 +403,16 @@ def conditions_sql(plan: AggregationPlan) -> str | None:
     return f"SELECT {', '.join(f'({w}) AS __c{i}' for i, w in enumerate(plan.where))} FROM {_source(plan)}"
 
 
-def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
+def render_sql(plan: AggregationPlan, key_table: str | None = None, *, rank_by_window: bool = False) -> str:
     """The bounded aggregation as one DuckDB-dialect statement (backends transpile it).
 
     ``key_table``: a table the backend filled with the key list, read instead of computing it in
     the statement (same rows, same ranks): for indexed public keys, :func:`key_table_columns`
     (otherwise written as VALUES); for private keys, the result of :func:`private_keys_sql`
     (otherwise a MATERIALIZED CTE, whose size DuckDB cannot see when it orders the joins).
+    ``rank_by_window``: people keep their g groups of least key by a window per person instead of
+    g rounds of MIN (see :func:`_least_keys`; the same groups): for Spark, which spills windows
+    and pays a shuffle per round.
     """
     base, groups, keep = _rows(plan)
     if plan.person is None:
@@ -426,7 +429,7 @@ def render_sql(plan: AggregationPlan, key_table: str | None = None) -> str:
         grouping = f" GROUP BY {', '.join(by)}{having}" if by else ""
         return f"WITH __base AS ({base}) SELECT {', '.join(outputs)} FROM __base{grouping}"
 
-    return _render_bounded(plan, base, groups, keep, key_table)
+    return _render_bounded(plan, base, groups, keep, key_table, rank_by_window)
 
 
 def private_keys_sql(plan: AggregationPlan) -> str | None:
@@ -634,14 +637,22 @@ def _keyed(plan: AggregationPlan, source: str, table: str, names: list[str], per
     return f"(SELECT {listed}, {_fifth_power('__v')} * {_ORDER_SHIFT} + __i AS __o FROM ({v}) AS __round2)"
 
 
-def _least_keys(table: str, g: int) -> list[str]:
-    """CTEs ending in ``__th(__pid, __t)``: per person of ``table`` (one row per person and group,
-    with its key ``__o``, unique among the person's groups), the g-th least key, or a key above
-    all for a person in at most g groups. A person keeps the groups whose key is at most ``__t``.
+def _least_keys(table: str, g: int, columns: list[str], *, rank_by_window: bool) -> list[str]:
+    """CTEs ending in ``__kept(columns)``: the rows of ``table`` (one per person and group, with the
+    group's key ``__o``, unique among the person's groups) whose key is among their person's g least.
 
-    Found in g rounds of MIN over the people in more than g groups, each a hash aggregation and a
-    hash join, which DuckDB spills to disk; a window ranking each person's groups does not spill.
+    By default the g-th least key of each person in more than g groups is found in g rounds of MIN,
+    each a hash aggregation and a hash join, which DuckDB spills to disk (a window ranking each
+    person's groups does not: the query failed under a small memory limit). ``rank_by_window``:
+    by ``ROW_NUMBER()`` per person instead, for an engine that spills windows (Spark, where each
+    round costs a shuffle). Both keep the same rows.
     """
+    listed = ", ".join(f"{table}.{c}" for c in columns)
+    if rank_by_window:
+        return [
+            f"__kept AS (SELECT {listed} FROM (SELECT {table}.*, ROW_NUMBER() OVER (PARTITION BY __pid "
+            f"ORDER BY __o) AS __rank FROM {table}) AS {table} WHERE __rank <= {g})"
+        ]
     ctes = [f"__t1 AS (SELECT __pid, MIN(__o) AS __t, COUNT(*) AS __c FROM {table} GROUP BY __pid)"]
     for j in range(2, g + 1):
         wider = f" WHERE __t1.__c > {g}" if j == 2 else ""
@@ -653,6 +664,9 @@ def _least_keys(table: str, g: int) -> list[str]:
     ctes.append(
         f"__th AS (SELECT __pid, __t FROM __t{g} UNION ALL SELECT __pid, {above} AS __t FROM __t1 WHERE __c <= {g})"
     )
+    ctes.append(
+        f"__kept AS (SELECT {listed} FROM {table} JOIN __th ON {table}.__pid = __th.__pid AND {table}.__o <= __th.__t)"
+    )
     return ctes
 
 
@@ -663,7 +677,12 @@ def _fifth_power(x: str) -> str:
 
 
 def _render_bounded(
-    plan: AggregationPlan, raw: str, groups: list[str], keep: list[str], key_table: str | None = None
+    plan: AggregationPlan,
+    raw: str,
+    groups: list[str],
+    keep: list[str],
+    key_table: str | None = None,
+    rank_by_window: bool = False,
 ) -> str:
     """The per-person path of :func:`render_sql`: bound each person, then aggregate by group index.
 
@@ -737,15 +756,14 @@ def _render_bounded(
             else:
                 names = ["__pid", "__ki", *(f"__v{i}" for i in range(len(plan.moments)))]
                 keyed = _keyed(plan, joined, "__base", names, "__m.__ph")
+                materialized = "" if rank_by_window else " MATERIALIZED"  # (read by each round)
                 ctes.append(
-                    f"__mpg AS MATERIALIZED (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
+                    f"__mpg AS{materialized} (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
                     f"FROM {keyed} AS __keyed GROUP BY __pid, __ki)"
                 )
-                ctes += _least_keys("__mpg", g)
-                mixed = (
-                    f"SELECT __mpg.__ki, __mpg.__n{kept.replace(', ', ', __mpg.')} FROM __mpg JOIN __th "
-                    "ON __mpg.__pid = __th.__pid AND __mpg.__o <= __th.__t"
-                )
+                moments = [f"__s{i}" for i in range(len(plan.moments))]
+                ctes += _least_keys("__mpg", g, ["__ki", "__n", *moments], rank_by_window=rank_by_window)
+                mixed = f"SELECT __ki, __n{kept} FROM __kept"
             ctes.append(f"__chosen AS (SELECT __lo AS __ki, __n{kept} FROM __pp WHERE __lo = __hi UNION ALL {mixed})")
         outputs = [f"SUM(LEAST(__n, {k})) AS rows", "COUNT(*) AS persons"]
         for i, moment in enumerate(plan.moments):
@@ -777,12 +795,10 @@ def _render_bounded(
                     "GROUP BY __pid)"
                 )
             else:
-                ctes.append(f"__pgk AS MATERIALIZED (SELECT * FROM {keyed} AS __keyed)")
-                ctes += _least_keys("__pgk", g)
-                chosen = (
-                    "(SELECT __pgk.__pid, __pgk.__ki, __pgk.__n FROM __pgk JOIN __th "
-                    "ON __pgk.__pid = __th.__pid AND __pgk.__o <= __th.__t)"
-                )
+                materialized = "" if rank_by_window else " MATERIALIZED"  # (read by each round)
+                ctes.append(f"__pgk AS{materialized} (SELECT * FROM {keyed} AS __keyed)")
+                ctes += _least_keys("__pgk", g, ["__pid", "__ki", "__n"], rank_by_window=rank_by_window)
+                chosen = "(SELECT __pid, __ki, __n FROM __kept)"
         ctes.append(f"__chosen AS {chosen}")
         weight = f"CAST(ROUND(__pgb.__c * {k * 2**Histogram.WEIGHT_BITS}.0 / __chosen.__n) AS BIGINT)"
         capped = f"(CASE WHEN __chosen.__n <= {k} THEN __pgb.__c * {2**Histogram.WEIGHT_BITS} ELSE {weight} END)"

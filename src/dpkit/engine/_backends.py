@@ -803,7 +803,7 @@ class SparkBackend:
         # private key list) are cached here as temporary views first: Spark would otherwise compute
         # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
         with self._key_table(plan) as key_table:
-            steps, final = self._steps(plan, render_sql(plan, key_table))
+            steps, final = self._steps(plan, render_sql(plan, key_table, rank_by_window=True))
             with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
                 rows = self._run_steps(steps, final, execute=True)
         # Group keys come back as Spark gives them (a DECIMAL key stays a Decimal, as from DuckDB);
@@ -880,7 +880,7 @@ class SparkBackend:
         check_spark_keys(plan, self._column_types(plan))
         self._duckdb_check(plan)
         with self._key_table(plan) as key_table:
-            steps, final = self._steps(plan, render_sql(plan, key_table))
+            steps, final = self._steps(plan, render_sql(plan, key_table, rank_by_window=True))
             with _SPARK_RUN_LOCK:
                 self._run_steps(steps, final, execute=False)
 

@@ -74,11 +74,11 @@ def big_parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads peak memory from /proc")
-def test_a_query_over_more_data_than_its_memory_limit_streams(big_parquet: Path, tmp_path: Path) -> None:
+def run_child(code: str, *args: str) -> dict:
+    """Run ``code`` in a fresh Python (the test fixtures importable) and return its last line's JSON."""
     fixtures = Path(__file__).resolve().parents[1]
     child = subprocess.run(
-        [sys.executable, "-c", CHILD, str(big_parquet), str(tmp_path)],
+        [sys.executable, "-c", code, *args],
         capture_output=True,
         text=True,
         check=False,
@@ -86,7 +86,12 @@ def test_a_query_over_more_data_than_its_memory_limit_streams(big_parquet: Path,
         timeout=300,
     )
     assert child.returncode == 0, child.stderr[-2000:]
-    report = json.loads(child.stdout.strip().splitlines()[-1])
+    return json.loads(child.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads peak memory from /proc")
+def test_a_query_over_more_data_than_its_memory_limit_streams(big_parquet: Path, tmp_path: Path) -> None:
+    report = run_child(CHILD, str(big_parquet), str(tmp_path))
     assert report["growth_mib"] < 100 < NUMERIC_BYTES / 2**20
 
     session = dpkit.Session.from_parquet(
@@ -154,17 +159,7 @@ def test_choosing_groups_streams_too(spread_parquet: Path, tmp_path: Path, g: in
     # (64 MB: a median's per-(person, group, bin) hash table needs a 16 MB block at once.)
     # Before: private keys failed (DuckDB built a join on the rows of people in several
     # groups, misjudging the key list's size) and g = 2 failed (a window ranking each person's groups).
-    fixtures = Path(__file__).resolve().parents[1]
-    child = subprocess.run(
-        [sys.executable, "-c", SPREAD_CHILD, str(spread_parquet), str(tmp_path), str(g), json.dumps(keys)],
-        capture_output=True,
-        text=True,
-        check=False,
-        env={"PYTHONPATH": str(fixtures), "PATH": "/usr/bin:/bin"},
-        timeout=300,
-    )
-    assert child.returncode == 0, child.stderr[-2000:]
-    report = json.loads(child.stdout.strip().splitlines()[-1])
+    report = run_child(SPREAD_CHILD, str(spread_parquet), str(tmp_path), str(g), json.dumps(keys))
     # Peak memory grows by the memory limit and DuckDB's allocations outside it (about 40 MB here),
     # still less than the numbers of the table alone.
     assert report["growth_mib"] < 128 < NUMERIC_BYTES / 2**20, report["growth_mib"]

@@ -33,16 +33,13 @@ def exact_aggregates(session, query, bounds=None, *, salt: str = "salt", **cost)
 def exact_releases(session, query, *, salt: str = "salt", **cost) -> list[list[str]]:
     """Every noiseless aggregation ``query`` runs (its sums and counts, then one histogram per
     quantile column), each as the sorted reprs of its rows: comparable across processes."""
-    request = parse_request(session.budget, **(cost or {"epsilon": 1.0}))
-    compiled = compile_query(query.plan, session._context(), request)
+    compiled, first = exact_aggregates(session, query, salt=salt, **cost)
     resolved = {k: v for k, v in compiled.bounds.items() if isinstance(v, tuple)}
-    plans = [aggregation_plan(compiled, resolved, salt)]
-    plans += [
+    quantile_plans = [
         histogram_plan(compiled, s, resolved[s.column or ""], salt) for s in compiled.statistics if s.kind == "hist"
     ]
     out = []
-    for plan in plans:
-        result = session._backend.run(plan)
+    for result in [first, *(session._backend.run(plan) for plan in quantile_plans)]:
         histograms = [sorted(h.items()) for h in result.histogram or []]
         rows = zip(result.keys, *result.columns.values(), *([histograms] if histograms else []), strict=True)
         out.append(sorted(repr(row) for row in rows))

@@ -724,6 +724,7 @@ def _render_bounded(
     k, g = plan.rows_per_group, plan.groups_per_person
     recursive = plan.bounds_groups and g > CHAINED_ROUNDS and not rank_by_window  # (see _least_keys)
     head = "WITH RECURSIVE" if recursive else "WITH"
+    read_by_rounds = "" if rank_by_window else " MATERIALIZED"  # (the per-(person, group) table _least_keys reads)
     values = [f"__v{i}" for i in range(len(plan.moments))] + (["__b"] if plan.histogram is not None else [])
     ctes = [f"__raw AS NOT MATERIALIZED ({raw})"]
     key_names = [f"__k{i}" for i in range(len(groups))]
@@ -773,9 +774,8 @@ def _render_bounded(
             else:
                 names = ["__pid", "__ki", *(f"__v{i}" for i in range(len(plan.moments)))]
                 keyed = _keyed(plan, joined, "__base", names, "__m.__ph")
-                materialized = "" if rank_by_window else " MATERIALIZED"  # (read by each round)
                 ctes.append(
-                    f"__mpg AS{materialized} (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
+                    f"__mpg AS{read_by_rounds} (SELECT __pid, __ki, MIN(__o) AS __o, COUNT(*) AS __n{sums} "
                     f"FROM {keyed} AS __keyed GROUP BY __pid, __ki)"
                 )
                 moments = [f"__s{i}" for i in range(len(plan.moments))]
@@ -812,8 +812,7 @@ def _render_bounded(
                     "GROUP BY __pid)"
                 )
             else:
-                materialized = "" if rank_by_window else " MATERIALIZED"  # (read by each round)
-                ctes.append(f"__pgk AS{materialized} (SELECT * FROM {keyed} AS __keyed)")
+                ctes.append(f"__pgk AS{read_by_rounds} (SELECT * FROM {keyed} AS __keyed)")
                 ctes += _least_keys("__pgk", g, ["__pid", "__ki", "__n"], rank_by_window=rank_by_window)
                 chosen = "(SELECT __pid, __ki, __n FROM __kept)"
         ctes.append(f"__chosen AS {chosen}")

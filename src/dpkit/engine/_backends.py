@@ -843,9 +843,9 @@ class SparkBackend:
             self._spark.catalog.dropTempView(name)
 
     def _run_steps(self, steps: list[tuple[str, str, bool]], final: str, *, execute: bool) -> list[Any]:
-        """Register each step as a view (cached and computed when ``execute``), then run the final query
-        (``execute``) or only analyse it; ``_SPARK_SETTINGS`` throughout (ANSI mode off, UTC), as the
-        query runs. Needs the lock."""
+        """Register each step as a view (cached and computed when ``execute``; an empty one becomes an
+        empty relation), then run the final query (``execute``) or only analyse it; ``_SPARK_SETTINGS``
+        throughout (ANSI mode off, UTC), as the query runs. Needs the lock."""
         views: list[str] = []
         previous = {key: self._spark.conf.get(key, None) for key in _SPARK_SETTINGS}
         for key, value in _SPARK_SETTINGS.items():
@@ -855,8 +855,13 @@ class SparkBackend:
                 frame = self._spark.sql(text)
                 frame.createOrReplaceTempView(view)
                 views.append(view)
-                if cache and execute:
-                    frame.persist().count()  # computed once, before the queries that read it
+                if cache and execute and frame.persist().count() == 0:  # computed once, before its readers
+                    # Empty (the people in several groups, where everyone has one): the view becomes
+                    # a relation Spark's optimizer knows is empty, and it removes the joins and the
+                    # union branch that read it. (Of a cached view it cannot tell: it scanned the
+                    # data again for them.)
+                    frame.unpersist()
+                    frame.where("false").createOrReplaceTempView(view)
             query = self._spark.sql(final)
             return list(query.collect()) if execute else []
         finally:

@@ -5,12 +5,13 @@ Run from the repository root (after ``bench/engine_data.py`` wrote the data)::
     .venv/bin/python bench/engine_spark_compare.py 34bde0d bench/.cache/people_10000000.parquet --keys public
     .venv/bin/python bench/engine_spark_compare.py 34bde0d bench/.cache/people_10000000.parquet --keys private
 
-Releases ``bench/engine.py``'s query (per region, count and sum of income, 5 rows and 1 group per
-person, epsilon 1) on a local[2] SparkSession, alternately with ``SparkBackend._run_steps`` as of
-the given commit and as in the working tree (``--runs`` times each, after one warm-up release),
-and prints medians. Only that method is swapped: the SQL text and the rest of the backend are
-today's. ``bench/engine.py`` reports the median of 3 releases in a fresh JVM, where the first
-runs are slowed by the JIT; here both sides run warm, so the difference is the change's.
+Releases ``bench/engine.py``'s query (per region, count and sum of income, 5 rows and
+``--groups-per-person`` groups per person, epsilon 1) on a local[2] SparkSession, alternately with
+the Spark path as of the given commit and as in the working tree (``--runs`` times each, after one
+warm-up release), and prints medians. What is swapped: ``SparkBackend._run_steps`` and the SQL
+renderer (``render_sql``, ``view_steps``) of that commit; the rest of the backend is today's.
+``bench/engine.py`` reports the median of 3 releases in a fresh JVM, where the first runs are
+slowed by the JIT; here both sides run warm, so the difference is the change's.
 """
 
 from __future__ import annotations
@@ -34,18 +35,33 @@ from dpkit import engine as E  # noqa: E402, N812
 from dpkit.engine import _backends  # noqa: E402
 
 
-def _run_steps_at(commit: str) -> Any:
-    text = subprocess.run(
-        ["git", "show", f"{commit}:src/dpkit/engine/_backends.py"], check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "backends_then.py"
+def _module_at(commit: str, source: str, name: str) -> Any:
+    text = subprocess.run(["git", "show", f"{commit}:{source}"], check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(text)
-    spec = importlib.util.spec_from_file_location("backends_then", path)
+    spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules["backends_then"] = module
+    sys.modules[name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
-    return module.SparkBackend._run_steps
+    return module
+
+
+def _spark_path_at(commit: str) -> dict[str, Any]:
+    """The swapped names, as of ``commit``."""
+    aggregation = _module_at(commit, "src/dpkit/engine/_aggregation.py", "aggregation_then")
+    backends = _module_at(commit, "src/dpkit/engine/_backends.py", "backends_then")
+    return {
+        "_run_steps": backends.SparkBackend._run_steps,
+        "render_sql": aggregation.render_sql,
+        "view_steps": aggregation.view_steps,
+    }
+
+
+def _install(path: dict[str, Any]) -> None:
+    _backends.SparkBackend._run_steps = path["_run_steps"]  # type: ignore[method-assign]
+    _backends.render_sql = path["render_sql"]
+    _backends.view_steps = path["view_steps"]
 
 
 def main() -> None:
@@ -54,6 +70,7 @@ def main() -> None:
     parser.add_argument("data")
     parser.add_argument("--keys", choices=["public", "private"], default="public")
     parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--groups-per-person", type=int, default=1)
     args = parser.parse_args()
 
     private = args.keys == "private"
@@ -66,23 +83,28 @@ def main() -> None:
     def release() -> float:
         table = session.table("people")
         grouped = table.group_by("region") if private else table.group_by("region", keys=list(peers.REGIONS))
-        query = grouped.bound(rows_per_group=5, groups_per_person=1).agg(
+        query = grouped.bound(rows_per_group=5, groups_per_person=args.groups_per_person).agg(
             count=E.count(), income=E.sum("income", bounds=(0, 200000))
         )
         start = time.perf_counter()
         query.release(epsilon=1.0, delta=1e-6) if private else query.release(epsilon=1.0)
         return time.perf_counter() - start
 
-    sides = {args.commit: _run_steps_at(args.commit), "working tree": _backends.SparkBackend._run_steps}
+    today = {
+        "_run_steps": _backends.SparkBackend._run_steps,
+        "render_sql": _backends.render_sql,
+        "view_steps": _backends.view_steps,
+    }
+    sides = {args.commit: _spark_path_at(args.commit), "working tree": today}
     times: dict[str, list[float]] = {name: [] for name in sides}
     release()  # warm-up (JVM start, JIT)
     for _ in range(args.runs):
-        for name, run_steps in sides.items():
-            _backends.SparkBackend._run_steps = run_steps  # type: ignore[method-assign]
+        for name, path in sides.items():
+            _install(path)
             times[name].append(release())
     name = Path(args.data).name
     summary = ", ".join(f"{side} {statistics.median(t):.2f} s" for side, t in times.items())
-    print(f"{name}, {args.keys} keys, Spark local[2], median of {args.runs}: {summary}")
+    print(f"{name}, {args.keys} keys, g = {args.groups_per_person}, Spark local[2], median of {args.runs}: {summary}")
     for side, t in times.items():
         print(f"  {side}: {', '.join(f'{x:.2f}' for x in t)}")
 

@@ -714,9 +714,9 @@ def _render_bounded(
     rows are all in one group (lowest = highest, the common case when grouping by an attribute of
     the person) is then complete. The people in several groups (``__m``, with their hash) keep the
     g groups of least key in their own order (``_keyed``): with g = 1 a pass over their rows finds
-    each one's group (``__pick``) and a second aggregates that group's rows only; with g > 1 their
-    rows are aggregated per (person, group) and the pairs up to each one's g-th least key are kept
-    (:func:`_least_keys`).
+    each one's group (``__pick``) and a second aggregates that group's rows only; with g > 1 (and
+    with ``rank_by_window``, at any g) their rows are aggregated per (person, group) and the pairs
+    up to each one's g-th least key are kept (:func:`_least_keys`).
 
     Private keys are ranked in a MATERIALIZED CTE, or read from ``key_table`` where the backend
     stored :func:`private_keys_sql`'s rows first (DuckDB: its planner then knows their number).
@@ -763,7 +763,11 @@ def _render_bounded(
                 "WHERE __lo <> __hi)"
             )
             joined = "__base JOIN __m ON __base.__pid = __m.__pid"
-            if g == 1:  # each keeps their group of least key: found first, then only its rows are aggregated
+            # g = 1: each keeps their group of least key, found in a first pass over their rows; a
+            # second aggregates that group's rows only. Spark, which shuffles the rows in each pass,
+            # aggregates them once per (person, group) and ranks those by a window, as for g > 1
+            # (10 M rows, half the people in several groups: 20 s -> 13 s); DuckDB's passes are cheaper.
+            if g == 1 and not rank_by_window:
                 keyed = _keyed(plan, joined, "__base", ["__pid"], "__m.__ph")
                 ctes.append(f"__pick AS (SELECT __pid, MIN(__o) AS __o FROM {keyed} AS __keyed GROUP BY __pid)")
                 mixed = (

@@ -1,9 +1,15 @@
-"""Shared by the engine micro-benchmarks: the median release time of a query with one engine setting patched."""
+"""Shared by the engine micro-benchmarks: the median release time of a query with one engine setting
+patched, and an engine module as of an earlier commit (for the before/after comparisons)."""
 
 from __future__ import annotations
 
+import importlib.util
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 
@@ -23,3 +29,19 @@ def median_release_seconds(query: Any, repeats: int, module: Any, setting: str, 
         return statistics.median(runs)
     finally:
         setattr(module, setting, default)
+
+
+def module_at(commit: str, source: str, name: str) -> Any:
+    """The module in file ``source`` (from the repository root) as of ``commit``, imported as ``name``.
+
+    It imports the rest of dpkit as it is now: only that file is taken from the commit.
+    """
+    text = subprocess.run(["git", "show", f"{commit}:{source}"], check=True, capture_output=True, text=True).stdout
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module

@@ -17,40 +17,23 @@ slowed by the JIT; here both sides run warm, so the difference is the change's.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).parent))
+import _peers_engine as peers  # bench/ is on sys.path when a script runs
+from _timing import module_at
 
-import _peers_engine as peers  # noqa: E402
-
-import dpkit  # noqa: E402
-from dpkit import engine as E  # noqa: E402, N812
-from dpkit.engine import _backends  # noqa: E402
-
-
-def _module_at(commit: str, source: str, name: str) -> Any:
-    text = subprocess.run(["git", "show", f"{commit}:{source}"], check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+import dpkit
+from dpkit import engine as E  # noqa: N812
+from dpkit.engine import _backends
 
 
 def _spark_path_at(commit: str) -> dict[str, Any]:
     """The swapped names, as of ``commit``."""
-    aggregation = _module_at(commit, "src/dpkit/engine/_aggregation.py", "aggregation_then")
-    backends = _module_at(commit, "src/dpkit/engine/_backends.py", "backends_then")
+    aggregation = module_at(commit, "src/dpkit/engine/_aggregation.py", "aggregation_then")
+    backends = module_at(commit, "src/dpkit/engine/_backends.py", "backends_then")
     return {
         "_run_steps": backends.SparkBackend._run_steps,
         "render_sql": aggregation.render_sql,

@@ -19,35 +19,18 @@ statement. ``--median``: the histogram plan of ``MEDIAN(income)`` instead of the
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import statistics
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 import duckdb
+from _timing import module_at  # bench/ is on sys.path when a script runs
 
 from dpkit import Session
 from dpkit import engine as E  # noqa: N812
 from dpkit.engine._aggregation import render_sql
 from dpkit.engine._compiler import aggregation_plan, histogram_plan
 from dpkit.guarantees import ApproxDP
-
-
-def _module_at(commit: str) -> object:
-    text = subprocess.run(
-        ["git", "show", f"{commit}:src/dpkit/engine/_aggregation.py"], check=True, capture_output=True, text=True
-    ).stdout
-    path = Path(tempfile.mkdtemp()) / "aggregation_then.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("aggregation_then", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["aggregation_then"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--median", action="store_true", help="time the MEDIAN(income) histogram plan instead")
     parser.add_argument("--groups-per-person", type=int, default=1)
     args = parser.parse_args(argv)
-    then = _module_at(args.commit)
+    then = module_at(args.commit, "src/dpkit/engine/_aggregation.py", "aggregation_then")
     session = Session.from_parquet(args.data, name="people", privacy_unit="person_id", budget=ApproxDP(100, 1e-3))
     connection = session._backend._connection
     if args.memory_limit:

@@ -25,8 +25,6 @@ from typing import Any
 import _peers_engine as peers  # bench/ is on sys.path when a script runs
 from _timing import module_at
 
-import dpkit
-from dpkit import engine as E  # noqa: N812
 from dpkit.engine import _backends
 
 
@@ -56,21 +54,13 @@ def main() -> None:
     parser.add_argument("--groups-per-person", type=int, default=1)
     args = parser.parse_args()
 
-    private = args.keys == "private"
-    peers._spark_session()  # local[2]; the backend reuses it (getOrCreate)
-    budget = dpkit.ApproxDP(1e6, 1e-3) if private else dpkit.PureDP(1e6)
-    session = dpkit.Session.from_parquet(
-        args.data, name="people", privacy_unit="person_id", budget=budget, backend="spark"
-    )
+    peers.GROUPS_PER_PERSON = args.groups_per_person  # (read by each release)
+    # bench/engine.py's dpkit-on-Spark method: local[2] SparkSession, the query, its release
+    run, _, _ = peers.setup_dpkit(f"dpkit_spark_{args.keys}", args.data, 0)
 
     def release() -> float:
-        table = session.table("people")
-        grouped = table.group_by("region") if private else table.group_by("region", keys=list(peers.REGIONS))
-        query = grouped.bound(rows_per_group=5, groups_per_person=args.groups_per_person).agg(
-            count=E.count(), income=E.sum("income", bounds=(0, 200000))
-        )
         start = time.perf_counter()
-        query.release(epsilon=1.0, delta=1e-6) if private else query.release(epsilon=1.0)
+        run()
         return time.perf_counter() - start
 
     today = {

@@ -107,10 +107,7 @@ def test_identical_noiseless_aggregates(engines, name):
 
 
 def _assert_identical_aggregates(duck, spark, build):
-    query = build(duck.table())
-    compiled = compile_query(query.plan, duck._context(), parse_request(duck.budget, epsilon=1.0, delta=1e-6))
-    bounds = {c: b for c, b in compiled.bounds.items() if isinstance(b, tuple)}
-    plan = aggregation_plan(compiled, bounds, "a fixed salt")
+    compiled, bounds, plan = _compiled(duck, build)
     on_duck, on_spark = duck._backend.run(plan), spark._backend.run(plan)
     assert _sorted(on_duck) == _sorted(on_spark)
     assert sum(on_duck.columns["rows"]) > 0
@@ -225,10 +222,15 @@ def _plan(session, name):
 
 
 def _plan_of(session, build):
+    return _compiled(session, build)[2]
+
+
+def _compiled(session, build):
+    """The query ``build`` makes, compiled (epsilon 1, delta 1e-6): (compiled, fixed bounds, plan)."""
     query = build(session.table())
     compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
     bounds = {c: b for c, b in compiled.bounds.items() if isinstance(b, tuple)}
-    return aggregation_plan(compiled, bounds, "a fixed salt")
+    return compiled, bounds, aggregation_plan(compiled, bounds, "a fixed salt")
 
 
 @pytest.mark.parametrize("name", sorted(QUERIES))

@@ -240,14 +240,10 @@ def test_the_rounds_are_one_recursive_cte_above_the_chained_limit():
     rows); above CHAINED_ROUNDS the text no longer grows with g. (Correctness: the g = 45 case above.)"""
     from dpkit.engine._aggregation import CHAINED_ROUNDS
 
-    budget = dpkit.ApproxDP(10, 1e-3)
-    session = E.Session.from_pandas(make_frame(1), name="people", privacy_unit="person_id", budget=budget)
+    session = _count_session()
 
-    def text(g: int) -> str:  # (private keys: the number of groups is unknown, so groups are chosen)
-        query = session.table().group_by("region").bound(groups_per_person=g).agg(n=E.count())
-        request = parse_request(session.budget, epsilon=1.0, delta=1e-6)
-        compiled = compile_query(query.plan, session._context(), request)
-        return render_sql(aggregation_plan(compiled, {}, SALT))
+    def text(g: int) -> str:
+        return render_sql(_private_count_plan(session, g))
 
     chained, recursive, far = text(CHAINED_ROUNDS), text(CHAINED_ROUNDS + 1), text(500)
     assert not chained.startswith("WITH RECURSIVE") and len(re.findall(r" JOIN __t\d+ ", chained)) == CHAINED_ROUNDS - 1
@@ -259,12 +255,20 @@ def test_spark_reads_the_rows_of_people_in_several_groups_once_at_one_group():
     """At g = 1 DuckDB finds each person's group in a pass over their rows, then aggregates that
     group's rows in a second; Spark's text aggregates them once per (person, group) and ranks by a
     window (each pass costs Spark a shuffle of the rows: 10 M rows, 20 s -> 13 s)."""
-    session = E.Session.from_pandas(
-        make_frame(1), name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3)
-    )
-    query = session.table().group_by("region").bound(groups_per_person=1).agg(n=E.count())
-    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
-    plan = aggregation_plan(compiled, {}, SALT)
+    plan = _private_count_plan(_count_session(), 1)
     duckdb_text, spark_text = render_sql(plan), render_sql(plan, rank_by_window=True)
     assert "__pick" in duckdb_text and "PARTITION BY __pid" not in duckdb_text
     assert "__pick" not in spark_text and "PARTITION BY __pid" in spark_text
+
+
+def _count_session() -> E.Session:
+    return E.Session.from_pandas(
+        make_frame(1), name="people", privacy_unit="person_id", budget=dpkit.ApproxDP(10, 1e-3)
+    )
+
+
+def _private_count_plan(session: E.Session, g: int):
+    """COUNT per region with private keys (their number is unknown, so groups are chosen), g groups."""
+    query = session.table().group_by("region").bound(groups_per_person=g).agg(n=E.count())
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=1e-6))
+    return aggregation_plan(compiled, {}, SALT)

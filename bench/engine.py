@@ -26,7 +26,9 @@ Methods (``--methods``; each runs in a fresh subprocess, see ``bench/_peers_engi
 4. ``dpkit_public`` / ``dpkit_private``: ``dpkit.Session.from_parquet(...)`` then ``table().group_by
    (keys=...).bound(rows_per_group=5, groups_per_person=1).agg(count, sum).release(epsilon=1)``
    (``delta=1e-6`` and no keys for private keys). Until ``dpkit.engine`` is importable the row reads
-   "not available (reason)" and the peers still run.
+   "not available (reason)" and the peers still run. ``dpkit_capped_public`` / ``dpkit_capped_private``:
+   the same on ``DuckDBBackend(memory_limit="150MB")``, which spills past the limit (less memory,
+   more time).
 5. ``opendp_*``: OpenDP 0.16 Polars API; identifier-based unit (``dp.unit_of(identifier="person_id")``),
    ``truncate_per_group(5)`` (random rows), one group per person declared in the unit; count and sum
    at epsilon 0.5 each (relative noise scales), OpenDP's own threshold for private keys.
@@ -108,7 +110,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
-from _peers_engine import HIGH, LOW, MARKER, REGIONS, ROWS_PER_PERSON  # noqa: E402
+from _peers_engine import HIGH, LOW, MARKER, MEMORY_CAP, REGIONS, ROWS_PER_PERSON  # noqa: E402
 from engine_data import DEFAULT_CACHE, people_path  # noqa: E402
 
 
@@ -127,6 +129,8 @@ METHODS = (
     Method("duckdb_pergroup", "DuckDB per-(person, region) aggregation only", "main", "-"),
     Method("dpkit_public", "dpkit", "main", "public"),
     Method("dpkit_private", "dpkit", "main", "private"),
+    Method("dpkit_capped_public", f"dpkit, memory_limit {MEMORY_CAP}", "main", "public"),
+    Method("dpkit_capped_private", f"dpkit, memory_limit {MEMORY_CAP}", "main", "private"),
     Method("opendp_public", "OpenDP (Polars)", "opendp", "public"),
     Method("opendp_private", "OpenDP (Polars)", "opendp", "private"),
     Method("smartnoise_public", "SmartNoise SQL", "smartnoise", "public"),
@@ -448,6 +452,14 @@ def targets(outcomes: list[Outcome]) -> str:
     for rows in dict.fromkeys(o.rows for o in outcomes):
         plain, random5 = found.get((rows, "duckdb_plain")), found.get((rows, "duckdb_random5"))
         for keys in ("public", "private"):
+            capped = found.get((rows, f"dpkit_capped_{keys}"))
+            if capped is not None and plain:
+                lines.append(
+                    f"- {rows:,} rows, {keys} keys, dpkit under memory_limit {MEMORY_CAP}: "
+                    f"{_seconds(capped.time_s)}, {capped.time_s / plain.time_s:.1f}x plain GROUP BY; "
+                    f"peak RSS {capped.peak_mib:.0f} MiB, {capped.peak_mib / plain.peak_mib:.2f}x DuckDB plain "
+                    "(target <= 2x)"
+                )
             dpkit = found.get((rows, f"dpkit_{keys}"))
             if dpkit is None:
                 continue

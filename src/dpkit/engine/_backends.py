@@ -17,14 +17,20 @@ import functools
 import importlib
 import importlib.util
 import os
+import re
+import shutil
+import tempfile
 import threading
 import uuid
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from dpkit._errors import InvalidParameterError
+from dpkit._validation import check_integer
 from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
@@ -335,16 +341,96 @@ def _refuse_unreadable_arrow_types(table: Any) -> None:
             raise InvalidParameterError("source", f"column {field.name!r}", f"is {reason}")
 
 
+#: Size units DuckDB reads in a memory limit: decimal (KB = 1000 bytes) and binary (KiB = 1024).
+_SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
+#: The smallest memory limit a DuckDB session takes. Below it the per-bin table of a median (about
+#: 64 MB on millions of rows) can run out of memory after the query's debit, which is kept.
+MIN_MEMORY_LIMIT = 64 * 10**6
+
+
+def _check_spill_directory(value: object) -> Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, str | os.PathLike) or not os.path.isdir(value):
+        raise InvalidParameterError("spill_directory", value, "must be an existing directory (or None)")
+    return Path(value)
+
+
+def memory_limit_bytes(value: object) -> int:
+    """``value`` (bytes as an int, or text such as ``"150MB"`` or ``"1.5 GiB"``) in bytes, checked.
+
+    >>> memory_limit_bytes("150MB"), memory_limit_bytes("1 GiB"), memory_limit_bytes(2**27)
+    (150000000, 1073741824, 134217728)
+    """
+    allowed = (
+        f"must be a size of at least {MIN_MEMORY_LIMIT // 10**6} MB: bytes as an int, or text "
+        "such as '150MB' or '2GiB' (units B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+    )
+    if isinstance(value, bool):
+        raise InvalidParameterError("memory_limit", value, allowed)
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (match := _SIZE_PATTERN.fullmatch(value)) is not None:
+        unit = _SIZE_UNITS.get(match.group(2).lower())
+        if unit is None:
+            raise InvalidParameterError("memory_limit", value, allowed)
+        size = int(Fraction(match.group(1)) * unit)
+    else:
+        raise InvalidParameterError("memory_limit", value, allowed)
+    if size < MIN_MEMORY_LIMIT:
+        raise InvalidParameterError("memory_limit", value, allowed)
+    return size
+
+
 class DuckDBBackend:
     """DuckDB, embedded: Parquet, CSV, pandas, Polars or Arrow in; the aggregation runs as SQL inside DuckDB.
 
     Parquet and CSV files are scanned in place (views), so data larger than memory streams.
+
+    - ``connection``: a DuckDB connection to run on (default: a new in-memory database);
+    - ``threads``: DuckDB's worker threads (default: one per core);
+    - ``memory_limit``: the most memory DuckDB may hold (bytes, or text such as ``"150MB"``; at
+      least 64 MB). Past it DuckDB writes intermediate tables to disk: a query runs slower but
+      completes, and the process's peak memory stays near the limit plus the interpreter's own;
+    - ``spill_directory``: where DuckDB writes them. Those files hold rows of the private table:
+      for a connection it creates, the backend makes a fresh directory only the current user can
+      read (inside the system's temporary directory, ``TMPDIR``) and deletes it when the backend
+      is closed or collected. Give a directory to spill elsewhere (it must exist).
+
+    The settings apply to the whole DuckDB database behind ``connection``.
+
+    >>> backend = DuckDBBackend(memory_limit="150MB", threads=1)
+    >>> backend.memory_limit
+    150000000
+    >>> backend.close()
     """
 
     name = "duckdb"
 
-    def __init__(self, connection: Any = None, *, threads: int | None = None) -> None:
+    def __init__(
+        self,
+        connection: Any = None,
+        *,
+        threads: int | None = None,
+        memory_limit: int | str | None = None,
+        spill_directory: str | os.PathLike[str] | None = None,
+    ) -> None:
+        checked_threads = None if threads is None else check_integer("threads", threads, minimum=1)
+        self.memory_limit = None if memory_limit is None else memory_limit_bytes(memory_limit)
+        spill = _check_spill_directory(spill_directory)
         duckdb = _require("duckdb", "engine")
+        owned = connection is None
         if connection is None:
             connection = duckdb.connect(":memory:")
             # Track progress for progress() but never print DuckDB's own bar on stdout (it would
@@ -359,8 +445,24 @@ class DuckDBBackend:
         #: view over it (see ``_register_canonical``)
         self._raw: dict[str, str] = {}
         _keep_in_lists_inside_try(connection)
-        if threads is not None:
-            self._connection.execute(f"SET threads = {int(threads)}")
+        if checked_threads is not None:
+            self._connection.execute(f"SET threads = {checked_threads}")
+        if spill is None and owned:
+            spill = Path(tempfile.mkdtemp(prefix="dpkit-spill-"))  # mode 0700
+            self._cleanup = weakref.finalize(self, shutil.rmtree, spill, ignore_errors=True)
+        if spill is not None:
+            self._connection.execute("SET temp_directory = ?", [str(spill)])
+        if self.memory_limit is not None:
+            self._connection.execute(f"SET memory_limit = '{self.memory_limit}B'")
+
+    def close(self) -> None:
+        """Close the connection this backend created (a caller's connection stays open) and
+        delete the spill directory it made."""
+        cleanup = getattr(self, "_cleanup", None)
+        if cleanup is not None:
+            with contextlib.suppress(Exception):
+                self._connection.close()
+            cleanup()
 
     def register(self, name: str, source: object, kind: str, *, public: bool = False) -> None:
         """Register ``source`` as table ``name`` (a view over the file or frame; a public table is

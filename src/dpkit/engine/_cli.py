@@ -94,6 +94,12 @@ def add_query_parser(commands: Any) -> None:
     )
     query.add_argument("--analyst", help="name recorded in the ledger (default: the login name)")
     query.add_argument("--backend", choices=["duckdb", "spark"], default="duckdb")
+    query.add_argument(
+        "--memory-limit",
+        metavar="SIZE",
+        help="DuckDB: the most memory the query may hold, e.g. 150MB or 2GiB (at least 64MB); "
+        "past it intermediate tables spill to a private temporary directory",
+    )
     query.add_argument("--preview", action="store_true", help="show cost and expected error; spend nothing")
     query.add_argument("--json", action="store_true", help="print JSON")
     query.add_argument(
@@ -355,6 +361,7 @@ _OPTION_OF = {
     "groups_per_person": "--groups-per-person",
     "analyst": "--analyst",
     "backend": "--backend",
+    "memory_limit": "--memory-limit",
     "source": "DATA",
 }
 
@@ -382,6 +389,7 @@ def run_query(args: argparse.Namespace) -> int:
 
 
 def _run_query(args: argparse.Namespace) -> int:
+    from dpkit.engine._backends import DuckDBBackend, memory_limit_bytes
     from dpkit.engine._result import json_value
     from dpkit.engine._session import Session, _stem
 
@@ -400,6 +408,14 @@ def _run_query(args: argparse.Namespace) -> int:
             raise InvalidParameterError("--types", args.types, "applies to CSV files (Parquet files carry their types)")
         delimiter = "\t" if path.lower().endswith((".tsv", ".tsv.gz")) else ","
         source = typed_csv_spec(path, parse_types(args.types), delimiter)
+    if args.memory_limit is not None:
+        if args.backend != "duckdb":
+            raise InvalidParameterError(
+                "--memory-limit",
+                args.memory_limit,
+                "applies to --backend duckdb (set Spark's memory in its own configuration)",
+            )
+        memory_limit_bytes(args.memory_limit)  # checked before any ledger file is made
     new_ledger = args.ledger is None or not os.path.lexists(args.ledger)
     budget = parse_budget(args.budget) if args.budget is not None else (_default_budget(args) if new_ledger else None)
 
@@ -413,7 +429,7 @@ def _run_query(args: argparse.Namespace) -> int:
             ledger=ledger,
             ledger_anchor=args.anchor if ledger is not None else None,
             bounds=bounds,
-            backend=args.backend,
+            backend=args.backend if args.memory_limit is None else DuckDBBackend(memory_limit=args.memory_limit),
             analyst=args.analyst,
         )
 

@@ -10,7 +10,7 @@ Opens a Session on the file, releases the count and the sum of income in [0, 200
 release's time and the process's peak resident memory (``ru_maxrss``). To compare with an earlier
 commit, run it with ``PYTHONPATH`` on a worktree of that commit's ``src``. ``--backend spark``: on
 local Spark, timing a second release after a first that starts the JVM (RSS then counts the
-Python process only).
+Python process only). ``--memory-limit 100MB``: on ``DuckDBBackend(memory_limit=...)``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups-per-person", type=int, default=1)
     parser.add_argument("--keys", choices=["public", "private"], default="public")
     parser.add_argument("--backend", choices=["duckdb", "spark"], default="duckdb")
+    parser.add_argument("--memory-limit", help="DuckDB's memory limit, e.g. 100MB (DuckDBBackend(memory_limit=...))")
     args = parser.parse_args(argv)
+    backend = args.backend if args.memory_limit is None else E.DuckDBBackend(memory_limit=args.memory_limit)
     session = Session.from_parquet(
-        args.data, name="people", privacy_unit="person_id", budget=ApproxDP(100, 1e-3), backend=args.backend
+        args.data, name="people", privacy_unit="person_id", budget=ApproxDP(100, 1e-3), backend=backend
     )
     keys = [f"r{i:02d}" for i in range(50)] if args.keys == "public" else None
     query = session.table().group_by("region", keys=keys)

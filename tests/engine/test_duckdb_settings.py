@@ -3,6 +3,7 @@
 Spilled intermediate tables hold rows of the private table, so a connection the backend creates
 spills into a fresh directory only the current user can read, deleted when the backend is closed.
 Every bad setting is refused by name before a connection, a ledger or a row is touched.
+``Session.close`` (or ``with``) releases what the session opened, and nothing it was given.
 """
 
 from __future__ import annotations
@@ -148,3 +149,48 @@ def test_the_cli_refuses_a_bad_memory_limit_before_making_a_ledger(
     assert main(["query", str(data), *QUERY, *extra, "--ledger", str(ledger)]) == 2
     assert message in capsys.readouterr().err
     assert not os.path.lexists(ledger)
+
+
+# -- Session.close: what a session opened, it releases ---------------------------------------------
+
+
+def _visits_session(**options: object) -> dpkit.Session:
+    return dpkit.Session.from_pandas(visits(), name="visits", privacy_unit="person_id", **options)
+
+
+def test_closing_a_session_closes_its_ledger_and_duckdb_and_refuses_queries(tmp_path: Path) -> None:
+    ledger = tmp_path / "budget.db"
+    with _visits_session(budget=dpkit.PureDP(1), ledger=ledger) as session:
+        session.sql("SELECT COUNT(*) FROM visits", epsilon=0.25)
+        backend = session._backend
+        spill = Path(_setting(backend, "temp_directory"))
+    assert not spill.exists()
+    with pytest.raises(duckdb.Error):
+        backend._connection.execute("SELECT 1")
+    for attempt in (
+        lambda: session.sql("SELECT COUNT(*) FROM visits", epsilon=0.25),
+        lambda: session.preview("SELECT COUNT(*) FROM visits", epsilon=0.25),
+        lambda: session.table().agg(n=E.count()).release(epsilon=0.25),
+        lambda: session.remaining,
+    ):
+        with pytest.raises(dpkit.InvalidParameterError, match=r"session: got Session\(table='visits', closed\)"):
+            attempt()
+    assert repr(session) == "Session(table='visits', closed)"
+    session.close()  # twice is fine
+    with E.Ledger(ledger) as reopened:  # the debit stayed; the refused queries spent nothing
+        assert reopened.remaining == dpkit.PureDP(0.75)
+        assert len(reopened.entries()) == 1
+
+
+def test_closing_a_session_leaves_a_ledger_and_a_backend_passed_in_open() -> None:
+    ledger = E.Ledger(None, dpkit.PureDP(1))
+    backend = E.DuckDBBackend()
+    session = _visits_session(ledger=ledger, backend=backend)
+    session.close()
+    assert ledger.remaining == dpkit.PureDP(1)
+    assert backend._connection.execute("SELECT 1").fetchall() == [(1,)]
+    again = _visits_session(ledger=ledger, backend=backend)
+    again.sql("SELECT COUNT(*) FROM visits", epsilon=0.5)
+    assert ledger.remaining == dpkit.PureDP(0.5)
+    backend.close()
+    ledger.close()

@@ -443,7 +443,8 @@ def _run_query(args: argparse.Namespace) -> int:
         # a query that would be refused never leaves a new ledger file behind.
         trial = open_session(None)
         contribution["keys"] = _typed_keys(args.keys, trial.columns)
-        planned = trial.preview(args.sql, **contribution, **cost)
+        with trial:
+            planned = trial.preview(args.sql, **contribution, **cost)
         if not planned.affordable and not args.preview:
             raise BudgetExceededError(planned.guarantee, budget, "the new ledger's --budget; nothing was created")
         if args.budget is None and planned.guarantee != budget:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,10 @@ class Session:
         # One backend connection serves the session: queries from several threads take turns, so
         # none fails after its debit because the connection was busy.
         self._run_lock = threading.RLock()
+        # What close() releases: only what the session opened itself.
+        self._owns_ledger = not isinstance(ledger, Ledger)
+        self._owns_backend = backend is None or isinstance(backend, str)
+        self._closed = False
 
     # -- constructors ------------------------------------------------------------------------------
 
@@ -284,6 +289,7 @@ class Session:
     @property
     def remaining(self) -> Guarantee:
         """What is left of the budget (read from the shared ledger)."""
+        self._check_open()
         return self._ledger.remaining
 
     @property
@@ -341,6 +347,7 @@ class Session:
         )
 
     def _compile(self, query: QueryBuilder | Query | str, cost: dict[str, Any]) -> CompiledQuery:
+        self._check_open()
         if isinstance(query, str):
             query = self._parse(
                 query, cost.pop("keys", None), cost.pop("rows_per_group", None), cost.pop("groups_per_person", None)
@@ -473,6 +480,41 @@ class Session:
             group_types=dict(compiled.group_types),
         )
 
+    def close(self) -> None:
+        """Release what the session opened: its ledger's connection and the DuckDB database it made
+        (with its spill directory). A ``Ledger`` or a backend object passed in stays open, and
+        Spark's own session is never stopped. Afterwards every query is refused (nothing spent);
+        the ledger file keeps every debit. Safe to call twice; ``with Session...(...) as s:`` calls it.
+
+        >>> import dpkit
+        >>> from dpkit.datasets import visits
+        >>> with Session.from_pandas(visits(), privacy_unit="person_id", budget=dpkit.PureDP(1)) as session:
+        ...     session.remaining
+        PureDP(epsilon=1.0)
+        >>> session.sql("SELECT COUNT(*) FROM data", epsilon=0.5)
+        Traceback (most recent call last):
+        dpkit._errors.InvalidParameterError: session: got Session(table='data', closed); is closed; open a new Session
+        """
+        with self._run_lock, self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._owns_ledger:
+                self._ledger.close()
+            close = getattr(self._backend, "close", None)
+            if self._owns_backend and callable(close):
+                close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise InvalidParameterError("session", _ClosedSession(self._name), "is closed; open a new Session")
+
     @property
     def privacy_unit(self) -> str | None:
         """The column that identifies a person, as the schema spells it (None: each row is one)."""
@@ -487,10 +529,22 @@ class Session:
         return report() if callable(report) else None
 
     def __repr__(self) -> str:
+        if self._closed:
+            return repr(_ClosedSession(self._name))
         return (
             f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "
             f"backend={self._backend.name!r}, remaining={self.remaining})"
         )
+
+
+@dataclass(frozen=True)
+class _ClosedSession:
+    """How a closed session shows in messages (its table only: it has no budget to show)."""
+
+    table: str
+
+    def __repr__(self) -> str:
+        return f"Session(table={self.table!r}, closed)"
 
 
 def _open(

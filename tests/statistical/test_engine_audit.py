@@ -660,8 +660,14 @@ FAILURES = [
         "two different bounds",
     ),
     ("HAVING", sql("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 2", keys=["a"]), "HAVING"),
-    ("LIMIT", sql("SELECT COUNT(*) FROM people LIMIT 1"), "LIMIT"),
-    ("ORDER BY", sql("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY 2", keys=["a"]), "ORDER BY"),
+    ("LIMIT", sql("SELECT COUNT(*) FROM people LIMIT 1 + 1"), "LIMIT"),
+    ("ORDER BY", sql("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY 3", keys=["a"]), "ORDER BY"),
+    (
+        "ORDER BY a column not released",
+        sql("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY x", keys=["a"]),
+        "order_by.*result column",
+    ),
+    ("negative limit", lambda s: s.table().agg(n=E.count()).limit(-1).release(epsilon=0.5), "count"),
     ("subquery", sql("SELECT COUNT(*) FROM (SELECT * FROM people)"), "subquer"),
     ("window", sql("SELECT SUM(x) OVER () FROM people", bounds={"x": (0, 1)}), "window"),
     ("DISTINCT", sql("SELECT DISTINCT region FROM people"), "DISTINCT"),
@@ -697,7 +703,7 @@ def test_a_refused_zcdp_query_spends_nothing():
         lambda: session.table().agg(n=E.count()).release(epsilon=0.1),
         lambda: session.table().group_by("region").agg(n=E.count()).release(rho=0.1),
         lambda: session.table().agg(n=E.count()).release(rho=0.6),
-        lambda: session.sql("SELECT COUNT(*) FROM people LIMIT 1", rho=0.1),
+        lambda: session.sql("SELECT COUNT(*) FROM people LIMIT 1 + 1", rho=0.1),
     ):
         with pytest.raises((InvalidParameterError, BudgetExceededError)):
             attempt()

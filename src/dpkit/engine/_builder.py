@@ -23,7 +23,18 @@ import sqlglot
 from sqlglot import exp
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._plan import Aggregate, Bin, Contribution, GroupKey, Join, Query, distinct, spelling_resolver
+from dpkit._validation import check_integer
+from dpkit.engine._plan import (
+    Aggregate,
+    Bin,
+    Contribution,
+    GroupKey,
+    Join,
+    OrderBy,
+    Query,
+    distinct,
+    spelling_resolver,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dpkit.engine._result import Preview, Result
@@ -303,6 +314,29 @@ class QueryBuilder:
         merged = dict(self._plan.aggregates)
         merged.update(aggregates)
         return self._with(aggregates=tuple(merged.items()))
+
+    def order_by(self, *columns: str | OrderBy, descending: bool = False, nulls_first: bool = False) -> QueryBuilder:
+        """Sort the released rows by result columns (group columns, aggregate values or interval ends);
+        ``descending`` and ``nulls_first`` apply to the names given as text (an :class:`OrderBy`
+        carries its own). Post-processing of the noisy table: no cost. Replaces an earlier order.
+
+        >>> from dpkit import engine as E
+        >>> plan = QueryBuilder(None, "people").order_by("n", E.OrderBy("region")).plan
+        >>> [(o.column, o.descending) for o in plan.order_by]
+        [('n', False), ('region', False)]
+        """
+        if not columns:
+            raise InvalidParameterError("columns", columns, "order_by needs at least one result column")
+        orders = tuple(
+            c if isinstance(c, OrderBy) else OrderBy(c, descending=descending, nulls_first=nulls_first) for c in columns
+        )
+        return self._with(order_by=orders)
+
+    def limit(self, count: int | None, offset: int = 0) -> QueryBuilder:
+        """Keep ``count`` released rows (None: all) after skipping ``offset``, in the result's order
+        (:meth:`order_by`, else the keys' order). Post-processing of the noisy table: no cost."""
+        checked = None if count is None else check_integer("count", count, minimum=0)
+        return self._with(limit=checked, offset=check_integer("offset", offset, minimum=0))
 
     def _require_session(self) -> Session:
         if self._session is None:

@@ -42,7 +42,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
-from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, check_probability
+from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive, check_probability
 from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment, chooses_groups, decimal_scale
 from dpkit.engine._backends import ColumnInfo
 from dpkit.engine._plan import (
@@ -52,6 +52,7 @@ from dpkit.engine._plan import (
     Bin,
     Contribution,
     Join,
+    OrderBy,
     Query,
     canonical,
     check_bounds_mapping,
@@ -764,6 +765,29 @@ def _check_output_names(query: Query) -> None:
             owners[column] = f"a result column of aggregate {name!r}"
 
 
+def _check_arrangement(query: Query) -> Query:
+    """ORDER BY names result columns (matched without case where that is unambiguous, as the
+    group columns are); LIMIT and OFFSET are whole numbers. Checked before any debit."""
+    released = [*query.group_names]
+    for name, aggregate in query.aggregates:
+        released += output_columns(name, aggregate)
+    orders = []
+    for order in query.order_by:
+        if not isinstance(order, OrderBy):
+            raise InvalidParameterError("order_by", order, "must be a dpkit.engine.OrderBy")
+        alike = [c for c in released if c.casefold() == order.column.casefold()]
+        column = order.column if order.column in released else alike[0] if len(alike) == 1 else None
+        if column is None:
+            raise InvalidParameterError(
+                "order_by", order.column, f"must be a result column of this query: {', '.join(released)}"
+            )
+        orders.append(dataclasses.replace(order, column=column))
+    if query.limit is not None:
+        check_integer("limit", query.limit, minimum=0)
+    check_integer("offset", query.offset, minimum=0)
+    return dataclasses.replace(query, order_by=tuple(orders))
+
+
 def _floating(column: ColumnInfo | None) -> bool:
     """Whether ``column`` is of a floating type (FLOAT or DOUBLE: numeric, neither integer nor DECIMAL)."""
     return (
@@ -933,6 +957,7 @@ def compile_query(
     query = dataclasses.replace(query, where=tuple(normalise_condition(w) for w in query.where))
     query = _schema_spelling(query, context)
     _check_output_names(query)
+    query = _check_arrangement(query)
     available = _check_columns(query, context)
     float_groups = frozenset(g for g in query.group_by if isinstance(g, str) and _floating(available[g]))
     real_groups = frozenset(g for g in float_groups if available[g].type.upper() in ("FLOAT", "REAL", "FLOAT4"))

@@ -27,7 +27,9 @@ __all__ = [
     "Contribution",
     "GroupKey",
     "Join",
+    "OrderBy",
     "Query",
+    "arrange",
     "check_bounds_mapping",
     "check_bounds_pair",
     "distinct",
@@ -181,6 +183,53 @@ def output_columns(name: str, aggregate: Aggregate) -> list[str]:
 
 
 @dataclass(frozen=True)
+class OrderBy:
+    """Sort the released rows by one result column (a group column, an aggregate's value or an
+    interval end), ascending unless ``descending``; NULL keys (and NaN ends) go last unless
+    ``nulls_first``. Ordering, like a limit, is post-processing of the noisy table: it costs nothing
+    and reads no data, and it orders by the *noisy* values.
+
+    >>> OrderBy("n", descending=True)
+    OrderBy(column='n', descending=True, nulls_first=False)
+    """
+
+    column: str
+    descending: bool = False
+    nulls_first: bool = False
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidParameterError("order_by", self.column, "must name a result column")
+        for name in ("descending", "nulls_first"):
+            if not isinstance(getattr(self, name), bool):
+                raise InvalidParameterError(name, getattr(self, name), "must be True or False")
+
+    def describe(self) -> str:
+        return self.column + (" desc" if self.descending else "") + (" nulls first" if self.nulls_first else "")
+
+
+def arrange(columns: Mapping[str, list[Any]], query: Query) -> dict[str, list[Any]]:
+    """The released table's rows sorted by ``query.order_by`` (stable: ties keep the key order),
+    then sliced by ``query.offset`` and ``query.limit``. Post-processing: no data, no budget.
+
+    >>> plan = Query("t", order_by=(OrderBy("n", descending=True),), limit=2)
+    >>> arrange({"region": ["a", "b", "c"], "n": [5.0, 9.0, 7.0]}, plan)
+    {'region': ['b', 'c'], 'n': [9.0, 7.0]}
+    """
+    count = len(next(iter(columns.values()), []))
+    rows = list(range(count))
+    for order in reversed(query.order_by):
+        values = columns[order.column]
+        missing = [i for i in rows if values[i] is None or values[i] != values[i]]  # NULL or NaN
+        present = [i for i in rows if not (values[i] is None or values[i] != values[i])]
+        present.sort(key=values.__getitem__, reverse=order.descending)  # stable either way
+        rows = missing + present if order.nulls_first else present + missing
+    end = None if query.limit is None else query.offset + query.limit
+    rows = rows[query.offset : end]
+    return {name: [values[i] for i in rows] for name, values in columns.items()}
+
+
+@dataclass(frozen=True)
 class Bin:
     """A group key made by binning a numeric column at public edges: [e0, e1), [e1, e2), ..., [e_{m-1}, e_m].
 
@@ -281,6 +330,10 @@ class Query:
     aggregates: tuple[tuple[str, Aggregate], ...] = ()
     contribution: Contribution | None = None
     text: str = field(default="", compare=False)
+    #: Post-processing of the released table (no cost): its row order and a slice of its rows.
+    order_by: tuple[OrderBy, ...] = ()
+    limit: int | None = None
+    offset: int = 0
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -310,4 +363,8 @@ class Query:
                 for name, a in self.aggregates
             )
         )
+        if self.order_by:
+            parts.append("order by " + ", ".join(order.describe() for order in self.order_by))
+        if self.limit is not None or self.offset:
+            parts.append(f"limit {self.limit if self.limit is not None else 'all'} offset {self.offset}")
         return "; ".join(parts)

@@ -34,7 +34,7 @@ from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query,
 from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_spec
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
-from dpkit.engine._plan import Contribution, Query, check_bounds_mapping, spelling_resolver
+from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, spelling_resolver
 from dpkit.engine._result import Preview, Result
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
@@ -467,7 +467,9 @@ class Session:
                     f"debited (ledger entry {getattr(entry, 'index', None)}); the backend's "
                     f"{type(error).__name__} message is withheld because it can quote the data"
                 ) from None
-        columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
+        columns = arrange(
+            combine(released.keys, compiled.query.group_names, postprocess(compiled, released)), compiled.query
+        )
         return Result(
             columns=columns,
             guarantee=compiled.cost,

@@ -12,7 +12,9 @@ privacy analysis in the compiler:
   ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``, ``VARIANCE`` / ``VAR_SAMP`` /
   ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``, ``MEDIAN``, ``QUANTILE_CONT`` /
   ``QUANTILE_DISC`` / ``QUANTILE`` / ``APPROX_QUANTILE`` (one level or a list) and
-  ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``.
+  ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``;
+* ``ORDER BY`` result columns (by name, position or SELECT item), ``LIMIT n`` and ``OFFSET n``:
+  post-processing that sorts and slices the released, noisy table (no privacy cost).
 
 Everything else is refused with :class:`UnsupportedSQLError`, whose message names the clause
 and says why. Column existence is not checked here; the compiler checks names against the
@@ -28,7 +30,7 @@ from sqlglot import exp
 
 from dpkit._errors import InvalidParameterError
 from dpkit.engine._builder import normalise_condition, normalise_keys
-from dpkit.engine._plan import Aggregate, AggregateKind, GroupKey, Join, Query
+from dpkit.engine._plan import Aggregate, AggregateKind, GroupKey, Join, OrderBy, Query
 
 __all__ = ["UnsupportedSQLError", "parse_query"]
 
@@ -48,10 +50,7 @@ _REFUSED_CLAUSES: dict[str, tuple[str, str]] = {
     ),
     "qualify": ("QUALIFY", "window functions are not supported"),
     "windows": ("WINDOW", "window functions are not supported"),
-    "order": ("ORDER BY", "order is not part of a release; sort the released table afterwards"),
-    "sort": ("SORT BY", "order is not part of a release; sort the released table afterwards"),
-    "limit": ("LIMIT", "a limit would choose groups by their private values; slice the released table afterwards"),
-    "offset": ("OFFSET", "an offset would choose groups by their private values; slice the released table afterwards"),
+    "sort": ("SORT BY", "not supported; use ORDER BY (it sorts the released table)"),
     "sample": ("USING SAMPLE", "sampling is not supported (its privacy amplification is not analysed here)"),
     "laterals": ("LATERAL", "lateral joins are not supported"),
     "pivots": ("PIVOT", "pivots are not supported; group by both columns instead"),
@@ -121,10 +120,10 @@ def parse_query(
     ('region', 'n', 'avg_income')
     >>> query.where, query.group_by, [(name, a.kind, a.column) for name, a in query.aggregates]
     (('age >= 18',), ('region',), [('n', 'count', None), ('avg_income', 'mean', 'income')])
-    >>> parse_query("SELECT COUNT(*) FROM people LIMIT 5", table="people")  # doctest: +ELLIPSIS
+    >>> parse_query("SELECT COUNT(*) FROM people HAVING COUNT(*) > 5", table="people")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dpkit.engine._sql.UnsupportedSQLError: sql: got 'LIMIT 5'; unsupported LIMIT: ...
+    dpkit.engine._sql.UnsupportedSQLError: sql: got 'HAVING COUNT(*) > 5'; unsupported HAVING: ...
     """
     if not isinstance(text, str):
         raise InvalidParameterError("sql", text, "must be SQL text (a string)")
@@ -150,6 +149,9 @@ def parse_query(
         keys=normalise_keys(group_by, keys),
         aggregates=aggregates,
         text=text,
+        order_by=_order_clause(select, qualifiers, columns),
+        limit=_whole_number(select, "limit"),
+        offset=_whole_number(select, "offset") or 0,
     )
     return query, columns
 
@@ -201,7 +203,7 @@ def _refuse_clauses(select: exp.Select) -> None:
             node = value[0] if isinstance(value, list) else value
             fragment = _fragment(node) if isinstance(node, exp.Expression) else clause
             raise UnsupportedSQLError(clause, fragment, reason)
-    allowed = {"expressions", "from_", "joins", "where", "group", *_REFUSED_CLAUSES}
+    allowed = {"expressions", "from_", "joins", "where", "group", "order", "limit", "offset", *_REFUSED_CLAUSES}
     for arg, value in select.args.items():
         if value and arg not in allowed:
             raise UnsupportedSQLError(arg.rstrip("_").upper(), _fragment(select), "this clause is not supported")
@@ -545,6 +547,57 @@ def _select_list(
         aggregates.append((name, aggregate))
         columns.append(name)
     return tuple(aggregates), tuple(columns)
+
+
+def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> tuple[OrderBy, ...]:
+    """ORDER BY as post-processing of the released table: each item names a result column (an
+    output name, a group column, an interval end such as ``n_low``), a SELECT position, or repeats a
+    SELECT item (``ORDER BY COUNT(*) DESC``). The compiler checks the names."""
+    order = select.args.get("order")
+    if order is None:
+        return ()
+    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    shapes = [_strip_qualifiers(item.unnest(), qualifiers) for item in items]
+    orders = []
+    for ordered in order.expressions:
+        target = ordered.this
+        fragment = _fragment(ordered)
+        if isinstance(target, exp.Literal) and not target.is_string:
+            position = int(target.this) if target.this.isdigit() else 0
+            if not 1 <= position <= len(columns):
+                raise UnsupportedSQLError("ORDER BY", fragment, f"a position must be 1 to {len(columns)}")
+            column = columns[position - 1]
+        elif (name := _plain_column(target, qualifiers)) is not None:
+            column = name
+        else:
+            shape = _strip_qualifiers(target.unnest(), qualifiers)
+            column = next((c for c, item in zip(columns, shapes, strict=True) if item == shape), "")
+            if not column:
+                raise UnsupportedSQLError(
+                    "ORDER BY",
+                    fragment,
+                    "order by a result column's name, a SELECT position or an item of the SELECT list "
+                    "(the released table is sorted; nothing else is computed)",
+                )
+        desc = bool(ordered.args.get("desc"))
+        orders.append(OrderBy(column, descending=desc, nulls_first=bool(ordered.args.get("nulls_first"))))
+    return tuple(orders)
+
+
+def _whole_number(select: exp.Select, clause: str) -> int | None:
+    """LIMIT or OFFSET: a whole number written out (they slice the released table), or None."""
+    node = select.args.get(clause)
+    if node is None:
+        return None
+    if isinstance(node, exp.Fetch):
+        raise UnsupportedSQLError("FETCH", _fragment(node), "write LIMIT n (it slices the released rows)")
+    value = node.args.get("expression") if isinstance(node, exp.Limit | exp.Offset) else None
+    options = node.args.get("limit_options")
+    if options is not None and (options.args.get("percent") or options.args.get("with_ties")):
+        value = None  # a percentage of the rows, or ties: not a plain count
+    if not (isinstance(value, exp.Literal) and not value.is_string and value.this.isdigit()):
+        raise UnsupportedSQLError(clause.upper(), _fragment(node), "give a whole number (it slices the released rows)")
+    return int(value.this)
 
 
 def _unique(name: str, taken: dict[str, str]) -> str:

@@ -248,7 +248,9 @@ REFUSED: list[tuple[str, str]] = [
     ("SELECT COUNT(*) FROM people GROUP BY GROUPING SETS ((region), (sex))", "GROUPING SETS"),
     ("SELECT COUNT(*) FROM people GROUP BY ALL", "GROUP BY ALL"),
     ("SELECT COUNT(*) FROM people GROUP BY FLOOR(age / 10)", "GROUP BY"),
-    ("SELECT region, COUNT(*) FROM people GROUP BY 1", "GROUP BY"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 3", "GROUP BY"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 0", "GROUP BY"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY 2", "GROUP BY"),  # an aggregate's position
     ("SELECT COUNT(*) FROM people GROUP BY region, region", "GROUP BY"),
     ("SELECT COUNT(*) FROM people GROUP BY pid", "GROUP BY"),
     # SELECT items
@@ -389,3 +391,11 @@ def test_fast_literals_are_the_text_sqlglot_writes(value):
     if isinstance(value, str) and "\x00" in value:
         return  # not on the fast path
     assert _literal(value) == expected
+
+
+def test_group_by_positions_name_the_select_items() -> None:
+    text = "SELECT p.region, channel AS channel, COUNT(*) FROM people p GROUP BY 1, 2"
+    by_position, columns = parse_query(text, table="people")
+    by_name, _ = parse_query(text.replace("GROUP BY 1, 2", "GROUP BY region, channel"), table="people")
+    assert by_position.group_by == by_name.group_by == ("region", "channel")
+    assert columns == ("region", "channel", "count")

@@ -7,7 +7,7 @@ privacy analysis in the compiler:
   ``JOIN lookup USING (col, ...)`` or ``JOIN lookup ON a.col = b.col [AND ...]`` (same column
   name on both sides);
 * ``WHERE`` with any row-level boolean expression (no subqueries, aggregates or windows);
-* ``GROUP BY`` plain columns;
+* ``GROUP BY`` plain columns (named, or by their SELECT position: ``GROUP BY 1``);
 * ``SELECT`` group columns and aggregates, each optionally aliased: ``COUNT(*)``,
   ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``, ``VARIANCE`` / ``VAR_SAMP`` /
   ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``, ``MEDIAN``, ``QUANTILE_CONT`` /
@@ -467,9 +467,7 @@ def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str
                 clause, _fragment(item), "each set of groups is a separate release; run one query per grouping"
             )
         if isinstance(item, exp.Literal) and not item.is_string:
-            raise UnsupportedSQLError(
-                "GROUP BY", _fragment(item), "positions (GROUP BY 1) are not supported; name the column"
-            )
+            item = _selected_at(select, item)
         column = _plain_column(item, qualifiers)
         if column is None:
             raise UnsupportedSQLError(
@@ -489,6 +487,16 @@ def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str
             raise UnsupportedSQLError("GROUP BY", _fragment(group), f"column {column!r} appears twice")
         names.append(column)
     return tuple(names)
+
+
+def _selected_at(select: exp.Select, position: exp.Literal) -> exp.Expr:
+    """The SELECT item at a 1-based GROUP BY position (``GROUP BY 1``), without its alias."""
+    items = select.expressions
+    index = int(position.this) if position.this.isdigit() else 0
+    if not 1 <= index <= len(items):
+        raise UnsupportedSQLError("GROUP BY", _fragment(position), f"a position must be 1 to {len(items)}")
+    item = items[index - 1]
+    return item.this if isinstance(item, exp.Alias) else item
 
 
 def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:

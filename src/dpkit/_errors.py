@@ -76,3 +76,15 @@ class QueryFailedError(DPError, RuntimeError):
     The backend's own message is withheld: it can quote the data (a value that failed to
     convert), and whether and how a query fails must not depend on one person's rows.
     """
+
+
+class PostProcessingError(QueryFailedError):
+    """HAVING failed on the released table (a value it could not convert), after the release.
+
+    Nothing is lost: ``result`` holds the released table, unfiltered and unsorted, with its
+    guarantee (the debit is kept). The message may quote released values, which are public.
+    """
+
+    def __init__(self, message: str, result: object) -> None:
+        super().__init__(message)
+        self.result = result

@@ -201,7 +201,7 @@ REFUSED: list[tuple[str, str]] = [
     ("(SELECT COUNT(*) FROM people)", "subquery"),
     ("WITH t AS (SELECT * FROM people) SELECT COUNT(*) FROM t", "WITH"),
     # clauses
-    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 5", "HAVING"),
+    ("SELECT region, COUNT(*) FROM people GROUP BY region HAVING SUM(income) > 5", "HAVING"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY random()", "ORDER BY"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY SUM(income)", "ORDER BY"),
     ("SELECT region, COUNT(*) FROM people GROUP BY region ORDER BY 3", "ORDER BY"),
@@ -294,12 +294,12 @@ def test_refused_sql_names_the_clause(text: str, clause: str) -> None:
 
 def test_error_is_a_parameter_error_with_clause_fragment_and_reason() -> None:
     with pytest.raises(UnsupportedSQLError) as caught:
-        parse("SELECT region, COUNT(*) FROM people GROUP BY region HAVING COUNT(*) > 5")
+        parse("SELECT region, COUNT(*) FROM people GROUP BY region HAVING SUM(income) > 5")
     error = caught.value
     assert isinstance(error, InvalidParameterError) and isinstance(error, ValueError)
     assert error.clause == "HAVING"
-    assert error.value == "HAVING COUNT(*) > 5"
-    assert str(error).startswith("sql: got 'HAVING COUNT(*) > 5'; unsupported HAVING: ")
+    assert error.value == "SUM(income)"
+    assert str(error).startswith("sql: got 'SUM(income)'; unsupported HAVING: ")
 
 
 def test_parse_error_carries_sqlglots_message() -> None:

@@ -315,6 +315,18 @@ class QueryBuilder:
         merged.update(aggregates)
         return self._with(aggregates=tuple(merged.items()))
 
+    def having(self, condition: str) -> QueryBuilder:
+        """Keep the released rows where ``condition`` holds, a SQL expression over the result's
+        columns (``"n > 100 AND region <> 'North'"``; conditions are AND-ed). Post-processing of the
+        noisy table: it filters on the *noisy* values, costs nothing and reads no data.
+
+        >>> QueryBuilder(None, "people").having("n > 100").having("t_low > 0").plan.having
+        ('n > 100', 't_low > 0')
+        """
+        if not isinstance(condition, str) or not condition.strip():
+            raise InvalidParameterError("having", condition, "must be a SQL condition on the result's columns")
+        return self._with(having=(*self._plan.having, condition))
+
     def order_by(self, *columns: str | OrderBy, descending: bool = False, nulls_first: bool = False) -> QueryBuilder:
         """Sort the released rows by result columns (group columns, aggregate values or interval ends);
         ``descending`` and ``nulls_first`` apply to the names given as text (an :class:`OrderBy`

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import Any
 
-from dpkit._errors import BudgetExceededError, InvalidParameterError
+from dpkit._errors import BudgetExceededError, InvalidParameterError, PostProcessingError
 from dpkit.engine._csv import typed_csv_spec
 from dpkit.engine._plan import spelling_resolver
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, PureDP
@@ -476,8 +476,13 @@ def _run_query(args: argparse.Namespace) -> int:
             print(preview)
         return 0
     show_progress = args.progress == "always" or (args.progress == "auto" and sys.stderr.isatty())
+    status = 0
     with _ProgressBar(session, show_progress):
-        result = session.release(args.sql, **contribution, **cost)
+        try:
+            result = session.release(args.sql, **contribution, **cost)
+        except PostProcessingError as error:  # released and debited: show the table, then the error
+            result, status = error.result, 2  # type: ignore[assignment]
+            print(f"dpkit: {error}; the whole release follows, unfiltered", file=sys.stderr)
     if args.json:
         summary: dict[str, Any] = result.to_dict()
         summary["remaining"] = repr(session.remaining)
@@ -487,4 +492,4 @@ def _run_query(args: argparse.Namespace) -> int:
         print(f"{session!r}\n{unit}; {result.description}\n")
         print(result)
         print(f"remaining budget: {session.remaining}")
-    return 0
+    return status

@@ -33,7 +33,7 @@ import math
 import numbers
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
@@ -766,26 +766,61 @@ def _check_output_names(query: Query) -> None:
 
 
 def _check_arrangement(query: Query) -> Query:
-    """ORDER BY names result columns (matched without case where that is unambiguous, as the
-    group columns are); LIMIT and OFFSET are whole numbers. Checked before any debit."""
+    """HAVING and ORDER BY name result columns (matched without case where that is unambiguous, as
+    the group columns are); LIMIT and OFFSET are whole numbers. Checked before any debit; HAVING
+    becomes canonical DuckDB text with every column quoted (``keep_rows`` evaluates it)."""
     released = [*query.group_names]
     for name, aggregate in query.aggregates:
         released += output_columns(name, aggregate)
+
+    def resolve(parameter: str, name: str) -> str:
+        alike = [c for c in released if c.casefold() == name.casefold()]
+        column = name if name in released else alike[0] if len(alike) == 1 else None
+        if column is None:
+            raise InvalidParameterError(
+                parameter, name, f"must be a result column of this query: {', '.join(released)}"
+            )
+        return column
+
+    having = tuple(_having_text(condition, resolve) for condition in query.having)
     orders = []
     for order in query.order_by:
         if not isinstance(order, OrderBy):
             raise InvalidParameterError("order_by", order, "must be a dpkit.engine.OrderBy")
-        alike = [c for c in released if c.casefold() == order.column.casefold()]
-        column = order.column if order.column in released else alike[0] if len(alike) == 1 else None
-        if column is None:
-            raise InvalidParameterError(
-                "order_by", order.column, f"must be a result column of this query: {', '.join(released)}"
-            )
-        orders.append(dataclasses.replace(order, column=column))
+        orders.append(dataclasses.replace(order, column=resolve("order_by", order.column)))
     if query.limit is not None:
         check_integer("limit", query.limit, minimum=0)
     check_integer("offset", query.offset, minimum=0)
-    return dataclasses.replace(query, order_by=tuple(orders))
+    return dataclasses.replace(query, having=having, order_by=tuple(orders))
+
+
+def _having_text(condition: object, resolve: Callable[[str, str], str]) -> str:
+    """One HAVING condition as canonical DuckDB text over result columns (quoted), or a typed error."""
+    import sqlglot
+    from sqlglot import exp
+
+    if not isinstance(condition, str) or not condition.strip():
+        raise InvalidParameterError("having", condition, "must be a SQL condition on the result's columns")
+    try:
+        tree = sqlglot.parse_one(condition, read="duckdb")
+    except sqlglot.errors.SqlglotError as error:
+        raise InvalidParameterError("having", condition, f"is not a valid SQL condition ({error})") from None
+    if isinstance(tree, exp.Query) or tree.find(exp.Subquery, exp.Select, exp.Window, exp.AggFunc) is not None:
+        raise InvalidParameterError(
+            "having",
+            condition,
+            "is a condition on the released columns (n, n_low, a group column, ...): no aggregates, "
+            "windows or subqueries (in SQL, HAVING may repeat an aggregate of the SELECT list)",
+        )
+
+    def quote(node: exp.Expr) -> exp.Expr:
+        if isinstance(node, exp.Column):
+            if node.table or not isinstance(node.this, exp.Identifier):
+                raise InvalidParameterError("having", node.sql(dialect="duckdb"), "must name a result column")
+            return exp.column(resolve("having", node.name), quoted=True)
+        return node
+
+    return tree.transform(quote).sql(dialect="duckdb")
 
 
 def _floating(column: ColumnInfo | None) -> bool:

@@ -330,7 +330,9 @@ class Query:
     aggregates: tuple[tuple[str, Aggregate], ...] = ()
     contribution: Contribution | None = None
     text: str = field(default="", compare=False)
-    #: Post-processing of the released table (no cost): its row order and a slice of its rows.
+    #: Post-processing of the released table (no cost): conditions on its columns (HAVING), its
+    #: row order and a slice of its rows, applied in that order.
+    having: tuple[str, ...] = ()
     order_by: tuple[OrderBy, ...] = ()
     limit: int | None = None
     offset: int = 0
@@ -363,6 +365,8 @@ class Query:
                 for name, a in self.aggregates
             )
         )
+        if self.having:
+            parts.append("having " + " AND ".join(self.having))
         if self.order_by:
             parts.append("order by " + ", ".join(order.describe() for order in self.order_by))
         if self.limit is not None or self.offset:

@@ -7,7 +7,7 @@ import decimal
 import math
 import numbers
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NoReturn, SupportsIndex
 
@@ -16,7 +16,7 @@ import numpy as np
 from dpkit.engine._plan import Contribution
 from dpkit.guarantees import Guarantee
 
-__all__ = ["Preview", "Result", "json_value"]
+__all__ = ["Preview", "Result", "json_value", "keep_rows"]
 
 
 def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
@@ -254,6 +254,61 @@ def _arrow_array(values: list[Any], arrow_type: Any) -> Any:
         return pa.array(values)
 
 
+def _column_types(columns: Mapping[str, Any], group_types: Mapping[str, str]) -> dict[str, Any]:
+    """Each column's pyarrow type, from the column types alone (never from the values).
+
+    A group column has its backend type (a binned one VARCHAR: text labels); the released values
+    and interval ends are float64. So a result has the same schema whether or not it has rows.
+    """
+    import pyarrow as pa
+
+    return {name: _arrow_type(group_types[name]) if name in group_types else pa.float64() for name in columns}
+
+
+def _arrow_table(columns: Mapping[str, list[Any]], group_types: Mapping[str, str]) -> Any:
+    import pyarrow as pa
+
+    types = _column_types(columns, group_types)
+    return pa.table(
+        {name: _arrow_array(_typed_values(values, types[name]), types[name]) for name, values in columns.items()}
+    )
+
+
+def keep_rows(
+    columns: Mapping[str, list[Any]], group_types: Mapping[str, str], having: tuple[str, ...]
+) -> dict[str, list[Any]]:
+    """The released rows where every HAVING condition holds: post-processing of the noisy table.
+
+    Each condition is DuckDB SQL over the result's columns (the compiler's canonical text, every
+    column quoted), evaluated on the released table alone. A condition that fails on a row (a cast
+    of a key that does not convert) raises DuckDB's error: the session then hands the unfiltered
+    release back in a :class:`~dpkit.PostProcessingError`. Run it first on one row of NULLs to
+    bind names and types and fold constants (the session does, before the debit).
+
+    >>> keep_rows({"region": ["a", "b"], "n": [3.0, 12.0]}, {"region": "VARCHAR"}, ('"n" > 10',))
+    {'region': ['b'], 'n': [12.0]}
+    """
+    if not having:
+        return dict(columns)
+    import duckdb
+    import pyarrow as pa
+
+    table = _arrow_table(columns, group_types)
+    count = table.num_rows
+    table = table.append_column("__dpkit_row", pa.array(range(count), pa.int64()))
+    condition = " AND ".join(f"({c})" for c in having)
+    connection = duckdb.connect(":memory:")
+    try:
+        connection.register("__dpkit_released", table)
+        kept = connection.execute(
+            f"SELECT __dpkit_row FROM __dpkit_released WHERE {condition} ORDER BY __dpkit_row"
+        ).fetchall()
+    finally:
+        connection.close()
+    rows = [row for (row,) in kept]
+    return {name: [values[i] for i in rows] for name, values in columns.items()}
+
+
 @dataclass(frozen=True)
 class Result:
     """A released query: noisy values, (1 - alpha) confidence intervals, and what it cost.
@@ -292,17 +347,7 @@ class Result:
         return [name for name in self.columns if name in self.group_types]
 
     def _column_types(self) -> dict[str, Any]:
-        """Each column's pyarrow type, from the column types alone (never from the values).
-
-        A group column has its backend type (a binned one VARCHAR: text labels); the released values
-        and interval ends are float64. So a result has the same schema whether or not it has rows.
-        """
-        import pyarrow as pa
-
-        return {
-            name: _arrow_type(self.group_types[name]) if name in self.group_types else pa.float64()
-            for name in self.columns
-        }
+        return _column_types(self.columns, self.group_types)
 
     def _typed_columns(self) -> dict[str, list[Any]]:
         types = self._column_types()
@@ -310,11 +355,7 @@ class Result:
 
     def to_arrow(self) -> Any:
         """The result as a pyarrow Table (its schema comes from the column types; see ``group_types``)."""
-        import pyarrow as pa
-
-        types = self._column_types()
-        arrays = {name: _arrow_array(values, types[name]) for name, values in self._typed_columns().items()}
-        return pa.table(arrays)
+        return _arrow_table(self.columns, self.group_types)
 
     def to_pandas(self) -> Any:
         """The result as a pandas DataFrame (a copy: changing it leaves the result as released).

@@ -27,15 +27,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpkit._errors import DPError, InvalidParameterError, QueryFailedError
+from dpkit._errors import DPError, InvalidParameterError, PostProcessingError, QueryFailedError
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
 from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_spec
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
-from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, spelling_resolver
-from dpkit.engine._result import Preview, Result
+from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, output_columns, spelling_resolver
+from dpkit.engine._result import Preview, Result, keep_rows
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
@@ -366,6 +366,7 @@ class Session:
             )
         request = parse_request(self._ledger.budget, **cost)
         compiled = compile_query(plan, self._context(), request, bounds=bounds)
+        _bind_having(compiled)
         if self._privacy_unit is None:
             # One row is one person, and rows are not bounded: a lookup key that repeats would turn
             # one private row into several. (Per person, the joined rows stay that person's rows.)
@@ -467,9 +468,19 @@ class Session:
                     f"debited (ledger entry {getattr(entry, 'index', None)}); the backend's "
                     f"{type(error).__name__} message is withheld because it can quote the data"
                 ) from None
-        columns = arrange(
-            combine(released.keys, compiled.query.group_names, postprocess(compiled, released)), compiled.query
-        )
+        columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
+        try:
+            arranged = arrange(keep_rows(columns, compiled.group_types, compiled.query.having), compiled.query)
+        except Exception as error:  # noqa: BLE001 - about released (public) values only
+            reason = (str(error).strip().splitlines() or [""])[0]
+            raise PostProcessingError(
+                f"HAVING failed on the released table ({reason}); the release itself is in this error's "
+                f"`result` (its cost {compiled.cost} was debited)",
+                self._result(compiled, released, columns, entry),
+            ) from None
+        return self._result(compiled, released, arranged, entry)
+
+    def _result(self, compiled: CompiledQuery, released: Any, columns: dict[str, list[Any]], entry: Any) -> Result:
         return Result(
             columns=columns,
             guarantee=compiled.cost,
@@ -537,6 +548,23 @@ class Session:
             f"Session(table={self._name!r}, privacy_unit={self._privacy_unit!r}, "
             f"backend={self._backend.name!r}, remaining={self.remaining})"
         )
+
+
+def _bind_having(compiled: CompiledQuery) -> None:
+    """Run the HAVING conditions on one row of NULLs with the result's columns and types, so a
+    condition DuckDB cannot bind or fold (a column compared with text of another type, ``n > 'abc'``)
+    is refused here, before the debit, rather than after the release."""
+    query = compiled.query
+    if not query.having:
+        return
+    names = [*query.group_names, *(c for name, a in query.aggregates for c in output_columns(name, a))]
+    try:
+        keep_rows({name: [None] for name in names}, compiled.group_types, query.having)
+    except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
+        reason = (str(error).strip().splitlines() or [""])[0]
+        raise InvalidParameterError(
+            "having", " AND ".join(query.having), f"cannot be evaluated on the result ({reason})"
+        ) from None
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ privacy analysis in the compiler:
   ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``, ``MEDIAN``, ``QUANTILE_CONT`` /
   ``QUANTILE_DISC`` / ``QUANTILE`` / ``APPROX_QUANTILE`` (one level or a list) and
   ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``;
-* ``ORDER BY`` result columns (by name, position or SELECT item), ``LIMIT n`` and ``OFFSET n``:
-  post-processing that sorts and slices the released, noisy table (no privacy cost).
+* ``HAVING`` on the released columns (an aggregate there must repeat one of the SELECT list),
+  ``ORDER BY`` result columns (by name, position or SELECT item), ``LIMIT n`` and ``OFFSET n``:
+  post-processing that filters, sorts and slices the released, noisy table (no privacy cost).
 
 Everything else is refused with :class:`UnsupportedSQLError`, whose message names the clause
 and says why. Column existence is not checked here; the compiler checks names against the
@@ -44,10 +45,6 @@ _REFUSED_CLAUSES: dict[str, tuple[str, str]] = {
     "with_": ("WITH", "common table expressions (subqueries) are not supported; query the table directly"),
     "distinct": ("SELECT DISTINCT", "releasing the distinct values themselves is not supported; use GROUP BY"),
     "into": ("SELECT INTO", "a private query cannot write a table"),
-    "having": (
-        "HAVING",
-        "a condition on aggregates is not supported; filter the released table afterwards (post-processing is free)",
-    ),
     "qualify": ("QUALIFY", "window functions are not supported"),
     "windows": ("WINDOW", "window functions are not supported"),
     "sort": ("SORT BY", "not supported; use ORDER BY (it sorts the released table)"),
@@ -120,10 +117,10 @@ def parse_query(
     ('region', 'n', 'avg_income')
     >>> query.where, query.group_by, [(name, a.kind, a.column) for name, a in query.aggregates]
     (('age >= 18',), ('region',), [('n', 'count', None), ('avg_income', 'mean', 'income')])
-    >>> parse_query("SELECT COUNT(*) FROM people HAVING COUNT(*) > 5", table="people")  # doctest: +ELLIPSIS
+    >>> parse_query("SELECT COUNT(*) FROM people QUALIFY 1 = 1", table="people")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
-    dpkit.engine._sql.UnsupportedSQLError: sql: got 'HAVING COUNT(*) > 5'; unsupported HAVING: ...
+    dpkit.engine._sql.UnsupportedSQLError: sql: got 'QUALIFY 1 = 1'; unsupported QUALIFY: ...
     """
     if not isinstance(text, str):
         raise InvalidParameterError("sql", text, "must be SQL text (a string)")
@@ -149,6 +146,7 @@ def parse_query(
         keys=normalise_keys(group_by, keys),
         aggregates=aggregates,
         text=text,
+        having=_having_clause(select, qualifiers, columns),
         order_by=_order_clause(select, qualifiers, columns),
         limit=_whole_number(select, "limit"),
         offset=_whole_number(select, "offset") or 0,
@@ -203,7 +201,8 @@ def _refuse_clauses(select: exp.Select) -> None:
             node = value[0] if isinstance(value, list) else value
             fragment = _fragment(node) if isinstance(node, exp.Expression) else clause
             raise UnsupportedSQLError(clause, fragment, reason)
-    allowed = {"expressions", "from_", "joins", "where", "group", "order", "limit", "offset", *_REFUSED_CLAUSES}
+    allowed = {"expressions", "from_", "joins", "where", "group", "having", "order", "limit", "offset"}
+    allowed |= set(_REFUSED_CLAUSES)
     for arg, value in select.args.items():
         if value and arg not in allowed:
             raise UnsupportedSQLError(arg.rstrip("_").upper(), _fragment(select), "this clause is not supported")
@@ -590,6 +589,39 @@ def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, 
         desc = bool(ordered.args.get("desc"))
         orders.append(OrderBy(column, descending=desc, nulls_first=bool(ordered.args.get("nulls_first"))))
     return tuple(orders)
+
+
+def _having_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> tuple[str, ...]:
+    """HAVING as post-processing of the released table: each aggregate in it must repeat an item of
+    the SELECT list and is read as that item's released column (``HAVING COUNT(*) > 10`` keeps
+    the rows whose noisy count exceeds 10); other names are result columns (checked by the compiler)."""
+    having = select.args.get("having")
+    if having is None:
+        return ()
+    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
+    shapes = [
+        (_strip_qualifiers(item.unnest(), qualifiers), column) for item, column in zip(items, columns, strict=True)
+    ]
+
+    def released(node: exp.Expr) -> exp.Expr:
+        name = _plain_column(node, qualifiers) if isinstance(node, exp.Column) else None
+        if name is not None:
+            return exp.column(name)
+        if isinstance(node, exp.AggFunc | exp.WithinGroup | exp.Anonymous):
+            shape = _strip_qualifiers(node.unnest(), qualifiers)
+            column = next((c for s, c in shapes if s == shape), None)
+            if column is not None:
+                return exp.column(column)
+            if not isinstance(node, exp.Anonymous):
+                raise UnsupportedSQLError(
+                    "HAVING",
+                    _fragment(node),
+                    "may use only aggregates of the SELECT list (each one is released, and HAVING filters "
+                    "the released rows); add it to SELECT",
+                )
+        return node
+
+    return (having.this.transform(released).sql(dialect="duckdb"),)
 
 
 def _whole_number(select: exp.Select, clause: str) -> int | None:

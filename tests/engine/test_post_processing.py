@@ -1,8 +1,9 @@
-"""ORDER BY, LIMIT and OFFSET: post-processing of the released (noisy) table.
+"""HAVING, ORDER BY, LIMIT and OFFSET: post-processing of the released (noisy) table.
 
 They read no data and cost nothing: a query with them releases exactly the rows of the same query
-without them (same seed, same debit), sorted by the noisy values and sliced. Every order names a
-result column, checked before the debit; a bad one spends nothing.
+without them (same seed, same debit), filtered on the noisy values, sorted and sliced. Every
+condition and order names result columns, checked (and bound by DuckDB) before the debit; a bad
+one spends nothing. A condition that fails on a released value hands the release back.
 """
 
 from __future__ import annotations
@@ -146,3 +147,90 @@ def test_the_cli_prints_rows_in_the_asked_order(tmp_path, capsys: pytest.Capture
     first_words = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()]
     released = [word for word in first_words if word in REGIONS]
     assert released == sorted(REGIONS, reverse=True)[:2]
+
+
+# -- HAVING ------------------------------------------------------------------------------------------
+
+
+def test_having_keeps_the_noisy_rows_that_pass_then_orders_and_slices_them() -> None:
+    plain, filtered = _session(), _session()
+    base = plain.sql(SQL, keys=list(REGIONS), epsilon=1, rng=InsecureSeededRandom(11)).to_pandas()
+    threshold = float(base["n"].median())
+    text = f"{SQL} HAVING COUNT(*) >= {threshold} AND region <> 'West' ORDER BY avg DESC LIMIT 2"
+    result = filtered.sql(text, keys=list(REGIONS), epsilon=1, rng=InsecureSeededRandom(11)).to_pandas()
+    kept = base[(base["n"] >= threshold) & (base["region"] != "West")]
+    expected = kept.sort_values("avg", ascending=False, kind="stable").iloc[:2]
+    assert result.reset_index(drop=True).equals(expected.reset_index(drop=True))
+    assert 1 <= len(expected) <= 2
+    assert filtered.remaining == plain.remaining
+
+
+def test_the_builder_filters_with_having_and_the_ledger_says_so() -> None:
+    session = _session(dpkit.PureDP(2))
+    query = session.table().group_by("region", keys=list(REGIONS)).agg(n=E.count())
+    everything = query.release(epsilon=1, rng=InsecureSeededRandom(5)).columns
+    cut = sorted(everything["n"])[2]
+    result = query.having(f"N >= {cut}").having("n_low > 0").release(epsilon=1, rng=InsecureSeededRandom(5))
+    assert list(result.columns["n"]) == [n for n in everything["n"] if n >= cut]
+    assert session.ledger.entries()[1].description.endswith(f'; having "n" >= {cut} AND "n_low" > 0')
+
+
+@pytest.mark.parametrize(
+    ("text", "error", "match"),
+    [
+        (f"{SQL} HAVING SUM(spend) > 1", "UnsupportedSQLError", "HAVING.*aggregates of the SELECT list"),
+        (f"{SQL} HAVING spend > 1", "InvalidParameterError", "having: got 'spend'; must be a result column"),
+        (f"{SQL} HAVING n_low > 'many'", "InvalidParameterError", "having.*cannot be evaluated.*'many'"),
+        (f"{SQL} HAVING region > 3", "InvalidParameterError", "having.*cannot be evaluated"),
+        (f"{SQL} HAVING no_such_function(n)", "InvalidParameterError", "having.*cannot be evaluated"),
+        (f"{SQL} HAVING n > (SELECT 1)", "UnsupportedSQLError", "subquer"),
+    ],
+)
+def test_a_bad_having_is_refused_before_the_debit(text: str, error: str, match: str) -> None:
+    session = _session()
+    with pytest.raises(getattr(dpkit.engine, error, dpkit.InvalidParameterError), match=match):
+        session.sql(text, keys=list(REGIONS), epsilon=1)
+    with pytest.raises(dpkit.InvalidParameterError, match=match):
+        session.preview(text, keys=list(REGIONS), epsilon=1)
+    assert session.ledger.entries() == ()
+
+
+def test_a_builder_having_with_an_aggregate_is_refused() -> None:
+    session = _session()
+    query = session.table().group_by("region", keys=list(REGIONS)).agg(n=E.count())
+    with pytest.raises(dpkit.InvalidParameterError, match="having.*no aggregates"):
+        query.having("COUNT(*) > 3").release(epsilon=1)
+    with pytest.raises(dpkit.InvalidParameterError, match="having"):
+        query.having("  ")
+    assert session.ledger.entries() == ()
+
+
+def test_a_having_that_fails_on_a_released_value_hands_the_release_back() -> None:
+    session, plain = _session(), _session()
+    text = f"{SQL} HAVING CAST(region AS INTEGER) > 3"
+    with pytest.raises(dpkit.PostProcessingError, match="Could not convert string .* to INT32.*debited") as caught:
+        session.sql(text, keys=list(REGIONS), epsilon=1, rng=InsecureSeededRandom(2))
+    released = plain.sql(SQL, keys=list(REGIONS), epsilon=1, rng=InsecureSeededRandom(2))
+    assert caught.value.result.to_pandas().equals(released.to_pandas())
+    assert caught.value.result.guarantee == released.guarantee
+    assert len(session.ledger.entries()) == 1  # the release happened; its debit is kept
+    assert isinstance(caught.value, dpkit.QueryFailedError)
+
+
+def test_the_cli_prints_the_whole_release_when_having_fails_on_it(
+    tmp_path,  # noqa: ANN001
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    path = tmp_path / "visits.parquet"
+    visits().to_parquet(path)
+    ledger = tmp_path / "budget.db"
+    sql = "SELECT region, COUNT(*) AS n FROM visits GROUP BY region HAVING CAST(region AS INTEGER) > 1"
+    keys = "region=" + ",".join(REGIONS)
+    args = ["query", str(path), sql, "--privacy-unit", "person_id", "--epsilon", "1", "--keys", keys]
+    assert main([*args, "--ledger", str(ledger), "--budget", "epsilon=2"]) == 2
+    captured = capsys.readouterr()
+    assert "HAVING failed on the released table" in captured.err and "whole release follows" in captured.err
+    first_words = {line.split()[0] for line in captured.out.splitlines() if line.strip()}
+    assert set(REGIONS) <= first_words
+    with E.Ledger(ledger) as kept:
+        assert kept.remaining == dpkit.PureDP(1)

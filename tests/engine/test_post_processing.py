@@ -182,7 +182,7 @@ def test_the_builder_filters_with_having_and_the_ledger_says_so() -> None:
         (f"{SQL} HAVING spend > 1", "InvalidParameterError", "having: got 'spend'; must be a result column"),
         (f"{SQL} HAVING n_low > 'many'", "InvalidParameterError", "having.*cannot be evaluated.*'many'"),
         (f"{SQL} HAVING region > 3", "InvalidParameterError", "having.*cannot be evaluated"),
-        (f"{SQL} HAVING no_such_function(n)", "InvalidParameterError", "having.*cannot be evaluated"),
+        (f"{SQL} HAVING no_such_function(n)", "InvalidParameterError", "having.*not allowed in HAVING"),
         (f"{SQL} HAVING n > (SELECT 1)", "UnsupportedSQLError", "subquer"),
     ],
 )
@@ -234,3 +234,11 @@ def test_the_cli_prints_the_whole_release_when_having_fails_on_it(
     assert set(REGIONS) <= first_words
     with E.Ledger(ledger) as kept:
         assert kept.remaining == dpkit.PureDP(1)
+
+
+@pytest.mark.parametrize("condition", ["n > length(current_setting('temp_directory'))", "n > length(getenv('HOME'))"])
+def test_having_keeps_to_the_filters_allowlist(condition: str) -> None:
+    session = _session()
+    with pytest.raises(dpkit.InvalidParameterError, match="having.*not allowed in HAVING"):
+        session.sql(f"{SQL} HAVING {condition}", keys=list(REGIONS), epsilon=1)
+    assert session.ledger.entries() == ()

@@ -813,6 +813,14 @@ def _having_text(condition: object, resolve: Callable[[str, str], str]) -> str:
             "windows or subqueries (in SQL, HAVING may repeat an aggregate of the SELECT list)",
         )
 
+    from dpkit.engine._builder import normalise_condition
+
+    try:  # the filters' allowlist: no function that reads files, settings or the environment
+        normalise_condition(condition)
+    except InvalidParameterError as error:
+        allowed = error.allowed.split("): a function")[0].replace("a filter", "HAVING")
+        raise InvalidParameterError("having", condition, allowed + (")" if allowed != error.allowed else "")) from None
+
     def quote(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column):
             if node.table or not isinstance(node.this, exp.Identifier):

@@ -297,7 +297,8 @@ def keep_rows(
     count = table.num_rows
     table = table.append_column("__dpkit_row", pa.array(range(count), pa.int64()))
     condition = " AND ".join(f"({c})" for c in having)
-    connection = duckdb.connect(":memory:")
+    # A database of its own holding the released table alone, with no access to files.
+    connection = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
         connection.register("__dpkit_released", table)
         kept = connection.execute(

@@ -39,6 +39,7 @@ from dpkit.guarantees import NeighbourRelation
 
 mpmath.mp.dps = 30
 REFERENCE = Path(__file__).parent.parent / "data" / "rdp_reference.csv"
+FRACTIONAL_REFERENCE = Path(__file__).parent.parent / "data" / "rdp_fractional_reference.csv"
 
 
 def _renyi(p, q, alpha, points):
@@ -107,9 +108,15 @@ def test_pure_dp_curve_dominates_laplace() -> None:
 
 def _sampled_gaussian_integral(q: float, sigma: float, alpha: float) -> float:
     # A_alpha = E_{z ~ N(0, s^2)} [((1-q) + q e^{(2z-1)/(2 s^2)})^alpha] (Mironov, Talwar & Zhang 2019).
-    qq, s, a = mpmath.mpf(q), mpmath.mpf(sigma), mpmath.mpf(alpha)
-    mixture = lambda z: mpmath.npdf(z, 0, s) * ((1 - qq) + qq * mpmath.exp((2 * z - 1) / (2 * s * s))) ** a  # noqa: E731
-    return float(mpmath.log(mpmath.quad(mixture, [-mpmath.inf, -10, 0, 0.5, 1, 10, 40, mpmath.inf])) / (a - 1))
+    # Quadrature breaks around z0 (where the two summands are equal) and around alpha - 1/2 (the
+    # peak of the second summand's part): without them mpmath misses digits at large orders.
+    with mpmath.workdps(30):
+        qq, s, a = mpmath.mpf(q), mpmath.mpf(sigma), mpmath.mpf(alpha)
+        mixture = lambda z: mpmath.npdf(z, 0, s) * ((1 - qq) + qq * mpmath.exp((2 * z - 1) / (2 * s * s))) ** a  # noqa: E731
+        z0 = s * s * mpmath.log(1 / qq - 1) + mpmath.mpf(1) / 2
+        centres = [z0 + k * s for k in range(-8, 9)] + [a - mpmath.mpf(1) / 2 + k * s for k in range(-8, 9)]
+        points = sorted({-mpmath.inf, -20 * s, mpmath.mpf(0), mpmath.mpf(1) / 2, mpmath.mpf(1), *centres, mpmath.inf})
+        return float(mpmath.log(mpmath.quad(mixture, points, maxdegree=10)) / (a - 1))
 
 
 @pytest.mark.parametrize(("q", "sigma"), [(256 / 60000, 1.1), (0.01, 0.8), (0.2, 1.5), (0.9, 0.6)])
@@ -120,14 +127,25 @@ def test_sampled_gaussian_integer_orders_are_exact(q: float, sigma: float) -> No
         assert value == pytest.approx(_sampled_gaussian_integral(q, sigma, alpha), rel=1e-8)
 
 
-@pytest.mark.parametrize(("q", "sigma"), [(256 / 60000, 1.1), (0.01, 0.8), (0.5, 2.0), (0.9, 0.6)])
-def test_sampled_gaussian_fractional_orders_are_upper_bounds(q: float, sigma: float) -> None:
-    orders = np.array([1.1, 1.5, 2.5, 7.5])
-    values = poisson_sampled_gaussian_rdp(q, sigma, orders)
-    for alpha, value in zip(orders, values, strict=True):
-        exact = _sampled_gaussian_integral(q, sigma, alpha)
-        assert value >= exact * (1 - 1e-9)
-        assert value <= 2 * exact  # an upper bound, but a useful one
+def _fractional_rows() -> list[dict[str, str]]:
+    with FRACTIONAL_REFERENCE.open() as handle:
+        return list(csv.DictReader(line for line in handle if not line.startswith("#")))
+
+
+@pytest.mark.parametrize(
+    "row", _fractional_rows(), ids=lambda r: f"q{r['sampling_probability'][:6]}-s{r['noise_multiplier']}-a{r['order']}"
+)
+def test_sampled_gaussian_fractional_orders_are_tight_upper_bounds(row: dict[str, str]) -> None:
+    """Signed series with a Leibniz tail bound: never below the exact integral (mpmath), within
+    1e-6 of it where q >= 0.004 (1e-4 at q = 0.001, sigma = 5, where the chord through the integer
+    orders is used), and never above dp_accounting's beyond rounding (it is up to 40% loose at
+    orders below 2, or inf where its series does not converge)."""
+    q, sigma, alpha = float(row["sampling_probability"]), float(row["noise_multiplier"]), float(row["order"])
+    value = poisson_sampled_gaussian_rdp(q, sigma, np.array([alpha]))[0]
+    exact = _sampled_gaussian_integral(q, sigma, alpha)
+    assert exact * (1 - 1e-12) <= value <= exact * (1 + (1e-6 if q >= 0.004 else 1e-4))
+    # (1e-6: where both are tight, dpkit's allowance for rounding, about 1e-13 on log A, shows.)
+    assert value <= float(row["rdp"]) * (1 + 1e-6)
 
 
 def _reference_rows() -> list[dict[str, str]]:
@@ -152,7 +170,10 @@ def test_matches_dp_accounting(row: dict[str, str]) -> None:
     accountant = RDPAccountant().compose(event)
     target, expected = float(row["target"]), float(row["value"])
     got = accountant.epsilon(target) if row["query"] == "epsilon" else accountant.delta(target)
-    assert got == pytest.approx(expected, rel=1e-5)
+    # Equal where the best order is an integer; where a fractional order wins, dpkit's RDP there is
+    # tight and dp_accounting's is not (see the fractional-order test), so dpkit may be lower:
+    # W2's delta at epsilon 10 is 1.5% lower. Never higher.
+    assert expected * (1 - 0.02) <= got <= expected * (1 + 1e-5)
 
 
 def test_w1_epsilon() -> None:

@@ -3,6 +3,12 @@
 Each row is one workload composed in dp_accounting's ``RdpAccountant`` with its default orders
 (the same orders dpkit's ``RDPAccountant`` uses by default), queried for epsilon at ``delta`` or
 delta at ``epsilon``. The dp_accounting version is written in the header comment.
+
+It also writes rdp_fractional_reference.csv: dp_accounting's RDP of the Poisson-subsampled
+Gaussian at fractional orders (``_compute_rdp_poisson_subsampled_gaussian``), where its series is
+an upper bound but not a tight one; dpkit's must be at most these values (and at least the exact
+integral, which the tests compute in mpmath). Orders where dp_accounting's series does not
+converge (it then returns inf and logs a warning) are written as inf.
 Run: python make_rdp_reference.py   (needs dp-accounting installed; shares no code with dpkit)
 """
 
@@ -26,6 +32,11 @@ WORKLOADS = [
     ("Laplace x1000 eps0=0.1", "laplace", 1.0, 10.0, 1000, "epsilon", 1e-5),
     ("Laplace x1000 eps0=0.1", "laplace", 1.0, 10.0, 1000, "delta", 10.0),
 ]
+
+
+# q, sigma: the fractional orders below at each
+FRACTIONAL = [(256 / 60000, 1.1), (0.01, 0.8), (0.05, 3.0), (0.5, 2.0), (0.9, 0.6), (0.001, 5.0)]
+FRACTIONAL_ORDERS = [1.1, 1.25, 1.5, 1.75, 2.5, 3.5, 7.5]
 
 
 def event_of(kind: str, q: float, sigma: float, count: int) -> dp_accounting.DpEvent:
@@ -52,6 +63,18 @@ def main() -> None:
             accountant.compose(event_of(kind, q, sigma, count))
             value = accountant.get_epsilon(target) if query == "epsilon" else accountant.get_delta(target)
             writer.writerow([name, kind, repr(q), repr(sigma), count, query, repr(target), repr(float(value))])
+    path = Path(__file__).with_name("rdp_fractional_reference.csv")
+    with path.open("w", newline="") as handle:
+        handle.write(
+            f"# dp_accounting {version} _compute_rdp_poisson_subsampled_gaussian at fractional orders; "
+            "made by make_rdp_reference.py\n"
+        )
+        writer = csv.writer(handle)
+        writer.writerow(["sampling_probability", "noise_multiplier", "order", "rdp"])
+        for q, sigma in FRACTIONAL:
+            values = rdp_privacy_accountant._compute_rdp_poisson_subsampled_gaussian(q, sigma, FRACTIONAL_ORDERS)
+            for order, value in zip(FRACTIONAL_ORDERS, values, strict=True):
+                writer.writerow([repr(q), repr(sigma), repr(order), repr(float(value))])
 
 
 if __name__ == "__main__":

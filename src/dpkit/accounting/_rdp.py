@@ -173,25 +173,30 @@ _FRACTIONAL_TERMS_LIMIT = 1 << 16
 
 
 def _log_a_fractional(q: float, sigma: float, alpha: float) -> float:
-    """log A_alpha for fractional alpha (Mironov, Talwar & Zhang 2019, Sec. 3.3).
+    """An upper bound on log A_alpha for fractional alpha (Mironov, Talwar & Zhang 2019, Sec. 3.3).
 
     The integral of ((1-q) + q e^{(2z-1)/(2 sigma^2)})^alpha against N(0, sigma^2) is split at
     z0 = sigma^2 log(1/q - 1) + 1/2, where the two summands are equal, and each side is expanded
-    in the generalised binomial series that converges there. Past i = ceil(alpha) the generalised
-    binomial coefficients alternate in sign; we add their absolute values, which can only
-    over-estimate A_alpha (every other factor is positive), so the result stays an upper bound.
-    The series is summed until the terms are decreasing and below q e^-40 of the total; the terms
-    then decay at least geometrically at rate (1 - q), so the omitted tail is below e^-40 of
-    the total, which is added to the answer together with a rounding allowance.
+    in the generalised binomial series that converges there; term i of the two together is
+    C(alpha, i) m_i with m_i > 0. From N = floor(alpha) + 1 on, C(alpha, i) alternates in sign
+    (positive at N) and m_i decreases: the ratio of consecutive terms of each side is at most
+    |C(alpha, i+1) / C(alpha, i)| = (i - alpha) / (i + 1) < 1, using erfc(x + h) <= erfc(x)
+    e^{-2xh - h^2} for h > 0 (the exponential factors then cancel exactly). So the series is, from
+    N, an alternating series with decreasing terms (Leibniz): after term K the sum is within
+    m_{K+1} of A_alpha, and S_K + m_{K+1} is an upper bound. Summing the signed terms (rather than
+    their absolute values, as before) makes the bound tight: at alpha 1.1 to 1.5 it was 1% to 90%
+    above the exact value. A rounding allowance for the log-space sums (scaled by the
+    cancellation between the positive and negative terms) is added.
     """
     z0 = sigma**2 * math.log(1 / q - 1) + 0.5
     log_q, log_1mq = math.log(q), math.log1p(-q)
+    first = math.floor(alpha) + 1  # from here on the coefficients alternate, + - + ...
     count = 64
     while True:
-        i = np.arange(count, dtype=np.float64)
+        i = np.arange(count + 1, dtype=np.float64)  # terms 0..count-1 summed, term count bounds the rest
         j = alpha - i
         log_binomial = special.gammaln(alpha + 1) - special.gammaln(i + 1) - special.gammaln(j + 1)
-        # gammaln gives log|Gamma|: the absolute value of the coefficient (see the docstring).
+        # gammaln gives log|Gamma|: the absolute value of the coefficient; its sign is applied below.
         log_s0 = (
             log_binomial
             + i * log_q
@@ -208,20 +213,21 @@ def _log_a_fractional(q: float, sigma: float, alpha: float) -> float:
             + math.log(0.5)
             + _log_erfc((z0 - j) / (math.sqrt(2) * sigma))
         )
-        total = float(special.logsumexp(np.concatenate([log_s0, log_s1])))
-        tail = max(log_s0[-1], log_s1[-1])
-        decreasing = log_s0[-1] < log_s0[-2] and log_s1[-1] < log_s1[-2]
-        if decreasing and tail < total - 40 + log_q:
-            # The omitted tail is below e^-40 of the total (the terms decay at least at rate
-            # 1 - q, so it is below tail / q). It and the rounding of the log-space terms
-            # (a few ulps of gammaln(alpha + 1) each, plus the summation) are added, so the
-            # series stays an upper bound where log A_alpha is below 1e-12; it returned values
-            # up to 1e-17 too low before, which is every digit of log A at q = 1e-9.
-            rounding = 8 * 2.2e-16 * (float(special.gammaln(alpha + 1)) + 2 * math.log2(2 * count) + 8)
-            return total + math.exp(-40.0) + rounding
-        if count >= _FRACTIONAL_TERMS_LIMIT or (count >= 1024 and not decreasing):
-            # Not converging (the terms decay like (1-q)^i, or grow when q is large): this
-            # series gives no usable bound; the caller falls back to the integer-order chord.
+        log_m = np.logaddexp(log_s0, log_s1)
+        negative = (i > first) & ((i - first) % 2 == 1)
+        summed = np.arange(count + 1) < count
+        positive = float(special.logsumexp(log_m[summed & ~negative]))
+        negatives = log_m[summed & negative]
+        ratio = math.exp(float(special.logsumexp(negatives)) - positive) if negatives.size else 0.0
+        if ratio < 1.0:
+            partial = positive + math.log1p(-ratio)
+            bound = float(np.logaddexp(partial, log_m[count]))  # Leibniz: within m_count of the limit
+            if log_m[count] < partial - 30 or count >= _FRACTIONAL_TERMS_LIMIT:
+                # Rounding: a few ulps of gammaln(alpha + 1) per log-space term and the summation,
+                # relative to the positive and the negative sums, so scaled by their cancellation.
+                ulps = 8 * 2.2e-16 * (float(special.gammaln(alpha + 1)) + 2 * math.log2(2 * count) + 8)
+                return bound + ulps * (1 + ratio) / (1 - ratio)
+        elif count >= _FRACTIONAL_TERMS_LIMIT:  # pragma: no cover - the partial sums are positive
             return math.inf
         count *= 4
 

@@ -194,3 +194,19 @@ def test_closing_a_session_leaves_a_ledger_and_a_backend_passed_in_open() -> Non
     assert ledger.remaining == dpkit.PureDP(0.5)
     backend.close()
     ledger.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_that_exits_leaves_its_parents_spill_directory() -> None:
+    backend = E.DuckDBBackend()
+    spill = Path(_setting(backend, "temp_directory"))
+    child = os.fork()
+    if child == 0:  # the child runs its exit handlers, as a script that forks and exits would
+        try:
+            backend._cleanup()  # (what atexit would call)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    assert spill.is_dir()
+    backend.close()
+    assert not spill.exists()

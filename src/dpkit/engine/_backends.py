@@ -359,6 +359,13 @@ _SIZE_PATTERN = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*", re.IGNORECASE)
 MIN_MEMORY_LIMIT = 64 * 10**6
 
 
+def _remove_spill_directory(path: Path, owner: int) -> None:
+    """Delete a backend's spill directory, from the process that made it only (a forked child
+    that exits must not delete the directory its parent's database still writes to)."""
+    if os.getpid() == owner:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def _check_spill_directory(value: object) -> Path | None:
     if value is None:
         return None
@@ -449,7 +456,7 @@ class DuckDBBackend:
             self._connection.execute(f"SET threads = {checked_threads}")
         if spill is None and owned:
             spill = Path(tempfile.mkdtemp(prefix="dpkit-spill-"))  # mode 0700
-            self._cleanup = weakref.finalize(self, shutil.rmtree, spill, ignore_errors=True)
+            self._cleanup = weakref.finalize(self, _remove_spill_directory, spill, os.getpid())
         if spill is not None:
             self._connection.execute("SET temp_directory = ?", [str(spill)])
         if self.memory_limit is not None:

@@ -795,31 +795,25 @@ def _check_arrangement(query: Query) -> Query:
 
 
 def _having_text(condition: object, resolve: Callable[[str, str], str]) -> str:
-    """One HAVING condition as canonical DuckDB text over result columns (quoted), or a typed error."""
+    """One HAVING condition as canonical DuckDB text over result columns (quoted), or a typed error.
+
+    It keeps to the filters' rules (:func:`~dpkit.engine._builder.normalise_condition`): no
+    aggregates, windows or subqueries, and only the allowlisted functions (nothing that reads
+    files, settings or the environment)."""
     import sqlglot
     from sqlglot import exp
 
-    if not isinstance(condition, str) or not condition.strip():
-        raise InvalidParameterError("having", condition, "must be a SQL condition on the result's columns")
-    try:
-        tree = sqlglot.parse_one(condition, read="duckdb")
-    except sqlglot.errors.SqlglotError as error:
-        raise InvalidParameterError("having", condition, f"is not a valid SQL condition ({error})") from None
-    if isinstance(tree, exp.Query) or tree.find(exp.Subquery, exp.Select, exp.Window, exp.AggFunc) is not None:
-        raise InvalidParameterError(
-            "having",
-            condition,
-            "is a condition on the released columns (n, n_low, a group column, ...): no aggregates, "
-            "windows or subqueries (in SQL, HAVING may repeat an aggregate of the SELECT list)",
-        )
-
     from dpkit.engine._builder import normalise_condition
 
-    try:  # the filters' allowlist: no function that reads files, settings or the environment
-        normalise_condition(condition)
+    try:
+        text = normalise_condition(condition)
     except InvalidParameterError as error:
-        allowed = error.allowed.split("): a function")[0].replace("a filter", "HAVING")
-        raise InvalidParameterError("having", condition, allowed + (")" if allowed != error.allowed else "")) from None
+        reason = error.allowed.split("): a function")[0].replace("a filter", "HAVING")
+        reason = reason.replace("in WHERE", "in HAVING (in SQL, HAVING may repeat an aggregate of the SELECT list)")
+        raise InvalidParameterError(
+            "having", condition, reason + (")" if "): a function" in error.allowed else "")
+        ) from None
+    tree = sqlglot.parse_one(text, read="duckdb")
 
     def quote(node: exp.Expr) -> exp.Expr:
         if isinstance(node, exp.Column):

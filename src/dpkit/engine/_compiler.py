@@ -769,9 +769,7 @@ def _check_arrangement(query: Query) -> Query:
     """HAVING and ORDER BY name result columns (matched without case where that is unambiguous, as
     the group columns are); LIMIT and OFFSET are whole numbers. Checked before any debit; HAVING
     becomes canonical DuckDB text with every column quoted (``keep_rows`` evaluates it)."""
-    released = [*query.group_names]
-    for name, aggregate in query.aggregates:
-        released += output_columns(name, aggregate)
+    released = query.result_columns
 
     def resolve(parameter: str, name: str) -> str:
         alike = [c for c in released if c.casefold() == name.casefold()]

@@ -342,6 +342,11 @@ class Query:
         return tuple(g.name if isinstance(g, Bin) else g for g in self.group_by)
 
     @property
+    def result_columns(self) -> list[str]:
+        """The released table's columns: the group columns, then each aggregate's (see :func:`output_columns`)."""
+        return [*self.group_names, *(c for name, a in self.aggregates for c in output_columns(name, a))]
+
+    @property
     def public_keys(self) -> bool:
         """Whether the group keys are public (given, or all groups are bins, or no grouping)."""
         return not self.group_by or self.keys is not None or all(isinstance(g, Bin) for g in self.group_by)

@@ -34,7 +34,7 @@ from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query,
 from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_spec
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
-from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, output_columns, spelling_resolver
+from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, spelling_resolver
 from dpkit.engine._result import Preview, Result, keep_rows
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
@@ -557,9 +557,8 @@ def _bind_having(compiled: CompiledQuery) -> None:
     query = compiled.query
     if not query.having:
         return
-    names = [*query.group_names, *(c for name, a in query.aggregates for c in output_columns(name, a))]
     try:
-        keep_rows({name: [None] for name in names}, compiled.group_types, query.having)
+        keep_rows({name: [None] for name in query.result_columns}, compiled.group_types, query.having)
     except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
         reason = (str(error).strip().splitlines() or [""])[0]
         raise InvalidParameterError(

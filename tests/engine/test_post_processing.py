@@ -198,7 +198,9 @@ def test_a_bad_having_is_refused_before_the_debit(text: str, error: str, match: 
 def test_a_builder_having_with_an_aggregate_is_refused() -> None:
     session = _session()
     query = session.table().group_by("region", keys=list(REGIONS)).agg(n=E.count())
-    with pytest.raises(dpkit.InvalidParameterError, match="having.*aggregates and window functions are not allowed in HAVING"):
+    with pytest.raises(
+        dpkit.InvalidParameterError, match="having.*aggregates and window functions are not allowed in HAVING"
+    ):
         query.having("COUNT(*) > 3").release(epsilon=1)
     with pytest.raises(dpkit.InvalidParameterError, match="having"):
         query.having("  ")

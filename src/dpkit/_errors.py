@@ -88,3 +88,9 @@ class PostProcessingError(QueryFailedError):
     def __init__(self, message: str, result: object) -> None:
         super().__init__(message)
         self.result = result
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an error's message ("" if it has none), to quote a reader's or engine's
+    complaint inside a dpkit error without its multi-line context."""
+    return (str(error).strip().splitlines() or [""])[0]

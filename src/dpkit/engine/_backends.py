@@ -29,7 +29,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from dpkit._errors import InvalidParameterError
+from dpkit._errors import InvalidParameterError, first_line
 from dpkit._validation import check_integer
 from dpkit.engine._aggregation import (
     AggregationPlan,
@@ -1044,7 +1044,7 @@ def _refuse_mixed_parquet_schemas(reader: Any, path: str, frame: Any) -> None:
     try:
         merged = reader.option("mergeSchema", "true").parquet(path).schema
     except Exception as error:  # noqa: BLE001 - Spark's "failed to merge incompatible data types"
-        reason = (str(error).strip().splitlines() or [""])[0]
+        reason = first_line(error)
         raise InvalidParameterError("source", path, f"its files' schemas do not merge ({reason})") from None
     if merged != frame.schema:
         raise InvalidParameterError(

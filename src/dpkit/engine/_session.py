@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpkit._errors import DPError, InvalidParameterError, PostProcessingError, QueryFailedError
+from dpkit._errors import DPError, InvalidParameterError, PostProcessingError, QueryFailedError, first_line
 from dpkit.engine._backends import Backend, ColumnInfo, make_backend
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._compiler import CompileContext, CompiledQuery, compile_query, parse_request
@@ -388,7 +388,7 @@ class Session:
         except DPError:
             raise
         except Exception as error:  # noqa: BLE001 - a public table: its reader's message may be shown
-            reason = (str(error).strip().splitlines() or [""])[0]
+            reason = first_line(error)
             raise InvalidParameterError(
                 "public_tables", table, f"the {self._backend.name} backend cannot read it ({reason})"
             ) from None
@@ -472,7 +472,7 @@ class Session:
         try:
             arranged = arrange(keep_rows(columns, compiled.group_types, compiled.query.having), compiled.query)
         except Exception as error:  # noqa: BLE001 - about released (public) values only
-            reason = (str(error).strip().splitlines() or [""])[0]
+            reason = first_line(error)
             raise PostProcessingError(
                 f"HAVING failed on the released table ({reason}); the release itself is in this error's "
                 f"`result` (its cost {compiled.cost} was debited)",
@@ -560,7 +560,7 @@ def _bind_having(compiled: CompiledQuery) -> None:
     try:
         keep_rows({name: [None] for name in query.result_columns}, compiled.group_types, query.having)
     except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
-        reason = (str(error).strip().splitlines() or [""])[0]
+        reason = first_line(error)
         raise InvalidParameterError(
             "having", " AND ".join(query.having), f"cannot be evaluated on the result ({reason})"
         ) from None
@@ -607,7 +607,7 @@ def _open(
         raise
     except Exception as error:  # noqa: BLE001 - any engine's reader error
         shown = _shown(source)
-        reason = (str(error).strip().splitlines() or [""])[0]
+        reason = first_line(error)
         raise InvalidParameterError(
             parameter,
             shown,

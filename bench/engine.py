@@ -27,7 +27,7 @@ Methods (``--methods``; each runs in a fresh subprocess, see ``bench/_peers_engi
    (keys=...).bound(rows_per_group=5, groups_per_person=1).agg(count, sum).release(epsilon=1)``
    (``delta=1e-6`` and no keys for private keys). Until ``dpkit.engine`` is importable the row reads
    "not available (reason)" and the peers still run. ``dpkit_capped_public`` / ``dpkit_capped_private``:
-   the same on ``DuckDBBackend(memory_limit="150MB")``, which spills past the limit (less memory,
+   the same on ``DuckDBBackend(memory_limit=MEMORY_CAP)`` (100MB), which spills past the limit (less memory,
    more time).
 5. ``opendp_*``: OpenDP 0.16 Polars API; identifier-based unit (``dp.unit_of(identifier="person_id")``),
    ``truncate_per_group(5)`` (random rows), one group per person declared in the unit; count and sum

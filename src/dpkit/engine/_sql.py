@@ -494,8 +494,7 @@ def _selected_at(select: exp.Select, position: exp.Literal) -> exp.Expr:
     index = int(position.this) if position.this.isdigit() else 0
     if not 1 <= index <= len(items):
         raise UnsupportedSQLError("GROUP BY", _fragment(position), f"a position must be 1 to {len(items)}")
-    item = items[index - 1]
-    return item.this if isinstance(item, exp.Alias) else item
+    return _unaliased(items[index - 1])
 
 
 def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
@@ -520,7 +519,7 @@ def _select_list(
     entries: list[tuple[str | None, str | tuple[Aggregate, str]]] = []
     for item in items:
         alias = item.alias if isinstance(item, exp.Alias) else None
-        node = item.this if isinstance(item, exp.Alias) else item
+        node = _unaliased(item)
         if _is_star(node):
             raise UnsupportedSQLError("SELECT *", _fragment(item), "name the group columns and aggregates to release")
         column = _plain_column(node, qualifiers)
@@ -556,6 +555,20 @@ def _select_list(
     return tuple(aggregates), tuple(columns)
 
 
+def _unaliased(item: exp.Expr) -> exp.Expr:
+    """A SELECT item without its ``AS name``."""
+    return item.this if isinstance(item, exp.Alias) else item
+
+
+def _repeated_item(node: exp.Expr, select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> str | None:
+    """The output column of the SELECT item that ``node`` repeats (table qualifiers aside), or None."""
+    shape = _strip_qualifiers(node.unnest(), qualifiers)
+    for item, column in zip(select.expressions, columns, strict=True):
+        if _strip_qualifiers(_unaliased(item).unnest(), qualifiers) == shape:
+            return column
+    return None
+
+
 def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> tuple[OrderBy, ...]:
     """ORDER BY as post-processing of the released table: each item names a result column (an
     output name, a group column, an interval end such as ``n_low``), a SELECT position, or repeats a
@@ -563,8 +576,6 @@ def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, 
     order = select.args.get("order")
     if order is None:
         return ()
-    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
-    shapes = [_strip_qualifiers(item.unnest(), qualifiers) for item in items]
     orders = []
     for ordered in order.expressions:
         target = ordered.this
@@ -577,8 +588,7 @@ def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, 
         elif (name := _plain_column(target, qualifiers)) is not None:
             column = name
         else:
-            shape = _strip_qualifiers(target.unnest(), qualifiers)
-            column = next((c for c, item in zip(columns, shapes, strict=True) if item == shape), "")
+            column = _repeated_item(target, select, qualifiers, columns) or ""
             if not column:
                 raise UnsupportedSQLError(
                     "ORDER BY",
@@ -598,18 +608,13 @@ def _having_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str,
     having = select.args.get("having")
     if having is None:
         return ()
-    items = [item.this if isinstance(item, exp.Alias) else item for item in select.expressions]
-    shapes = [
-        (_strip_qualifiers(item.unnest(), qualifiers), column) for item, column in zip(items, columns, strict=True)
-    ]
 
     def released(node: exp.Expr) -> exp.Expr:
         name = _plain_column(node, qualifiers) if isinstance(node, exp.Column) else None
         if name is not None:
             return exp.column(name)
         if isinstance(node, exp.AggFunc | exp.WithinGroup | exp.Anonymous):
-            shape = _strip_qualifiers(node.unnest(), qualifiers)
-            column = next((c for s, c in shapes if s == shape), None)
+            column = _repeated_item(node, select, qualifiers, columns)
             if column is not None:
                 return exp.column(column)
             if not isinstance(node, exp.Anonymous):

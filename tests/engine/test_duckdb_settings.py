@@ -9,6 +9,7 @@ Every bad setting is refused by name before a connection, a ledger or a row is t
 from __future__ import annotations
 
 import gc
+import json
 import os
 import stat
 from pathlib import Path
@@ -131,7 +132,7 @@ QUERY = ["SELECT region, COUNT(*) FROM people GROUP BY region", "--privacy-unit"
 def test_the_cli_runs_a_query_under_a_memory_limit(data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     keys = "region=" + ",".join(REGIONS)
     assert main(["query", str(data), *QUERY, "--keys", keys, "--memory-limit", "100MB", "--json"]) == 0
-    assert {row["region"] for row in __import__("json").loads(capsys.readouterr().out)["rows"]} == set(REGIONS)
+    assert {row["region"] for row in json.loads(capsys.readouterr().out)["rows"]} == set(REGIONS)
 
 
 @pytest.mark.parametrize(

@@ -88,6 +88,33 @@ QUERIES = {
         .bound(rows_per_group=3, groups_per_person=2)
         .agg(med=E.median("income", bounds=(0, 1e5)))
     ),
+    # Derived columns (computed in a subquery under TRY): text, DOUBLE and DECIMAL keys ranked privately,
+    # COUNT(column), and expressions that fail on some rows (a cast of text, a BIGINT overflow, an
+    # integer division by zero), where both engines must give NULL for those rows only.
+    "derived keys and values": lambda q: (
+        q.with_column("band", "CASE WHEN age < 30 THEN 'young' WHEN age < 60 THEN 'mid' ELSE 'old' END")
+        .with_column("spend", "income * 1.5")
+        .group_by("band")
+        .bound(rows_per_group=2, groups_per_person=2)
+        .agg(n=E.count(), c=E.count("income"), t=E.sum("spend", bounds=(0, 2e5)))
+    ),
+    "derived, failing on some rows": lambda q: (
+        q.with_column("r", "CAST(region AS INTEGER)")
+        .with_column("huge", "age * 1000000000000000000")
+        .with_column("d", "100 // (age % 5)")
+        .group_by("region", keys=[*REGIONS, None])
+        .bound(rows_per_group=3)
+        .agg(n=E.count(), r=E.count("r"), h=E.count("huge"), d=E.sum("d", bounds=(0, 100)))
+    ),
+    "derived double keys": lambda q: (
+        q.with_column("q", "age / 7").group_by("q").bound(rows_per_group=2, groups_per_person=3).agg(n=E.count())
+    ),
+    "derived decimal keys": lambda q: (
+        q.with_column("q", "CAST(age AS DECIMAL(10, 2)) * 1.5")
+        .group_by("q")
+        .bound(rows_per_group=2, groups_per_person=3)
+        .agg(n=E.count())
+    ),
     "private bins, groups bound": lambda q: (
         q.group_by("region", bins={"age": [18, 30, 45, 60, 75, 90]})
         .bound(rows_per_group=2, groups_per_person=3)

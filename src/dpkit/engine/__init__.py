@@ -14,7 +14,7 @@ from dpkit.engine._backends import Backend, ColumnInfo, DuckDBBackend, SparkBack
 from dpkit.engine._builder import QueryBuilder
 from dpkit.engine._functions import count, count_distinct, mean, median, quantiles, stddev, sum, variance
 from dpkit.engine._ledger import Ledger, LedgerEntry
-from dpkit.engine._plan import AUTO, Aggregate, Bin, Contribution, Join, OrderBy, Query
+from dpkit.engine._plan import AUTO, Aggregate, Bin, Contribution, Derived, Join, OrderBy, Query
 from dpkit.engine._result import Preview, Result
 from dpkit.engine._session import Session
 from dpkit.engine._sql import UnsupportedSQLError, parse_query
@@ -28,6 +28,7 @@ __all__ = [
     "Bin",
     "ColumnInfo",
     "Contribution",
+    "Derived",
     "DuckDBBackend",
     "Join",
     "Ledger",

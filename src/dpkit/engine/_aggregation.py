@@ -42,7 +42,7 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from dpkit.engine._plan import Bin, GroupKey, Join, distinct
+from dpkit.engine._plan import Bin, Derived, GroupKey, Join, distinct
 
 __all__ = [
     "AggregationPlan",
@@ -170,6 +170,9 @@ class AggregationPlan:
     #: and DECIMAL(p, 0): arithmetic), "float" (FLOAT, DOUBLE: its -0.0 is read as 0.0 and every NaN
     #: alike, so that one person has one text) or "text" (hashed by its text).
     person_kind: str = "text"
+    #: Columns computed from each row (``Query.derived``), each with its type as the backend names it.
+    derived: tuple[Derived, ...] = ()
+    derived_types: tuple[str, ...] = ()
 
     @property
     def group_names(self) -> tuple[str, ...]:
@@ -389,11 +392,30 @@ def key_table_columns(plan: AggregationPlan) -> dict[str, list[Any]] | None:
     return columns
 
 
-def _source(plan: AggregationPlan) -> str:
-    source = _quote(plan.table)
-    for join in plan.joins:
+def source_sql(table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...] = ()) -> str:
+    """The FROM clause of a query over ``table``, its ``joins`` and its ``derived`` columns.
+
+    Derived columns are computed in a subquery named as the table (``SELECT *, TRY(expression) AS
+    name``): every later step reads them as columns. TRY makes a row on which one fails NULL there
+    instead of failing the query (one person's value must not fail a release), as in a filter.
+    """
+    source = _quote(table)
+    for join in joins:
         source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
+    if derived:
+        computed = ", ".join(f"TRY({d.expression}) AS {_quote(d.name)}" for d in derived)
+        source = f"(SELECT *, {computed} FROM {source}) AS {_quote(table)}"
     return source
+
+
+def derived_sql(table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]) -> str:
+    """A query whose columns are the ``derived`` columns (for their types: bind it, never run it)."""
+    columns = ", ".join(_quote(d.name) for d in derived)
+    return f"SELECT {columns} FROM {source_sql(table, joins, derived)}"
+
+
+def _source(plan: AggregationPlan) -> str:
+    return source_sql(plan.table, plan.joins, plan.derived)
 
 
 def conditions_sql(plan: AggregationPlan) -> str | None:
@@ -839,7 +861,7 @@ def _render_bounded(
     )
 
 
-def _foreign_tree(sql: str, rewrite: Any = None) -> exp.Expression:
+def _foreign_tree(sql: str, rewrite: Any = None, dialect: str = "spark") -> exp.Expression:
     """The DuckDB text as a sqlglot tree meant for another engine.
 
     ``rewrite``: None, or a function from tree to tree with the target engine's own adjustments
@@ -858,7 +880,9 @@ def _foreign_tree(sql: str, rewrite: Any = None) -> exp.Expression:
         tree = rewrite(tree)
     # Spark has no TRY(expression); its backend runs with ANSI mode off instead, where a failing
     # cast or an overflow gives NULL (see SparkBackend.run). The argument keeps its parentheses:
-    # TRY(a) AND TRY(b OR c) is a AND (b OR c), never a AND b OR c.
+    # TRY(a) AND TRY(b OR c) is a AND (b OR c), never a AND b OR c. (DuckDB itself keeps them.)
+    if dialect == "duckdb":
+        return tree
     return tree.transform(lambda node: exp.Paren(this=node.this) if isinstance(node, exp.Try) else node)
 
 
@@ -878,7 +902,7 @@ def to_dialect(sql: str, dialect: str, *, rewrite: Any = None) -> str:
     """Transpile the DuckDB text to another engine's dialect (sqlglot); ``rewrite`` as in :func:`view_steps`."""
     if dialect == "duckdb":
         return sql
-    return _without_hints(_foreign_tree(sql, rewrite), dialect)
+    return _without_hints(_foreign_tree(sql, rewrite, dialect), dialect)
 
 
 def view_steps(
@@ -901,7 +925,7 @@ def view_steps(
     backend that keeps each table in a view of its own), read under the text's name as alias.
     ``rewrite``: the engine's adjustments to the whole tree (see :func:`_foreign_tree`).
     """
-    tree = _foreign_tree(sql, rewrite)
+    tree = _foreign_tree(sql, rewrite, dialect)
     clause = tree.args.get("with_")
     steps: list[tuple[str, str, bool]] = []
     names: dict[str, str] = {}

@@ -35,6 +35,7 @@ from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
     conditions_sql,
+    derived_sql,
     key_table_columns,
     private_keys_sql,
     render_sql,
@@ -42,7 +43,7 @@ from dpkit.engine._aggregation import (
     view_steps,
 )
 from dpkit.engine._csv import TypedCsv, duckdb_select, spark_frame
-from dpkit.engine._plan import canonical
+from dpkit.engine._plan import Derived, Join, canonical
 from dpkit.engine._spark_sql import check_spark_keys, duck_column_type, spark_semantics
 
 __all__ = ["Backend", "ColumnInfo", "DuckDBBackend", "SparkBackend", "make_backend"]
@@ -60,6 +61,40 @@ class ColumnInfo:
     type: str
     numeric: bool
     integer: bool
+
+
+#: The types a derived column may have (DuckDB's name -> Spark's): both engines compute and compare
+#: them alike. Others (unsigned and 128-bit integers, dates with times, intervals, blobs, nested
+#: values) are refused: cast the expression to one of these.
+DERIVED_TYPES = {
+    "BOOLEAN": "boolean",
+    "TINYINT": "tinyint",
+    "SMALLINT": "smallint",
+    "INTEGER": "int",
+    "BIGINT": "bigint",
+    "FLOAT": "float",
+    "DOUBLE": "double",
+    "DECIMAL": "decimal",
+    "VARCHAR": "string",
+    "DATE": "date",
+}
+
+
+def _spark_type_name(kind: str) -> str:
+    """Spark's name for a derived column's type, named by DuckDB (``DERIVED_TYPES``) or by Spark already."""
+    base = kind.split("(")[0].strip().upper()
+    if base == "DECIMAL":
+        return kind.lower().replace(" ", "")
+    return DERIVED_TYPES.get(base, kind.lower())
+
+
+def _duckdb_column(column: str, text: str) -> ColumnInfo:
+    """The :class:`ColumnInfo` of a column DuckDB types as ``text``."""
+    kind = text.upper()
+    # (only scalars: BIGINT[] and STRUCT(a BIGINT) start with a numeric type's name too)
+    scalar = not kind.endswith("]") and not kind.startswith(("STRUCT", "MAP", "UNION"))
+    integer = scalar and kind.split("(")[0] in _DUCKDB_INTEGER
+    return ColumnInfo(column, text, integer or (scalar and kind.startswith(_DUCKDB_REAL)), integer)
 
 
 def _require(module: str, extra: str) -> Any:
@@ -92,6 +127,12 @@ class Backend(Protocol):
 
     def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
         """Whether a (public) table holds some non-NULL combination of ``columns`` twice."""
+
+    def derived_schema(
+        self, table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]
+    ) -> dict[str, ColumnInfo]:
+        """Name and type of each derived column over ``table`` and its ``joins`` (binding only, no rows
+        read); a type outside :data:`DERIVED_TYPES` or an expression that does not bind is refused by name."""
 
 
 def _collect(rows: list[tuple[Any, ...]], plan: AggregationPlan) -> AggregationResult:
@@ -655,15 +696,33 @@ class DuckDBBackend:
         from dpkit.engine._aggregation import _quote
 
         rows = self._connection.execute(f"DESCRIBE SELECT * FROM {_quote(name)}").fetchall()
+        # DuckDB writes type names in capitals; ENUM labels and STRUCT field names keep their own case.
+        return {str(row[0]): _duckdb_column(str(row[0]), str(row[1])) for row in rows}
+
+    def derived_schema(
+        self, table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]
+    ) -> dict[str, ColumnInfo]:
+        import duckdb
+
+        try:
+            rows = self._connection.execute("DESCRIBE " + derived_sql(table, joins, derived)).fetchall()
+        except duckdb.Error as error:
+            # (binding only: the message names columns and types, never a row's value)
+            names = ", ".join(d.name for d in derived)
+            raise InvalidParameterError(
+                "derived", names, f"the derived columns do not bind on DuckDB: {first_line(error)}"
+            ) from None
         result = {}
-        for row in rows:
-            # DuckDB writes type names in capitals; ENUM labels and STRUCT field names keep their own case.
-            column, text = str(row[0]), str(row[1])
-            kind = text.upper()
-            # (only scalars: BIGINT[] and STRUCT(a BIGINT) start with a numeric type's name too)
-            scalar = not kind.endswith("]") and not kind.startswith(("STRUCT", "MAP", "UNION"))
-            integer = scalar and kind.split("(")[0] in _DUCKDB_INTEGER
-            result[column] = ColumnInfo(column, text, integer or (scalar and kind.startswith(_DUCKDB_REAL)), integer)
+        for column, row in zip(derived, rows, strict=True):
+            text = str(row[1])
+            if text.split("(")[0].upper() not in DERIVED_TYPES:
+                raise InvalidParameterError(
+                    column.name,
+                    column.expression,
+                    f"a derived column's value is {text}; it must be one of {', '.join(DERIVED_TYPES)} "
+                    "(CAST the expression to one of them)",
+                )
+            result[column.name] = _duckdb_column(column.name, text)
         return result
 
     def run(self, plan: AggregationPlan) -> AggregationResult:
@@ -892,6 +951,12 @@ class SparkBackend:
             entry = self._tables.get(table.casefold())
             if entry is not None:
                 types.update({column.casefold(): kind for column, kind in entry[1].items()})
+        types.update(
+            {
+                d.name.casefold(): _spark_type_name(kind)
+                for d, kind in zip(plan.derived, plan.derived_types, strict=True)
+            }
+        )
         for i, group in enumerate(plan.groups):
             if isinstance(group, str) and group.casefold() in types:
                 types[f"__g{i}"] = types[group.casefold()]
@@ -1001,6 +1066,15 @@ class SparkBackend:
     def _duckdb_check(self, plan: AggregationPlan) -> None:
         """:meth:`DuckDBBackend.check` of ``plan`` on empty DuckDB tables with this backend's column types
         (skipped where a type has no DuckDB counterpart here: nested types)."""
+        with self._duckdb_mirror(complete=True) as mirror:
+            if mirror is not None:
+                mirror.check(plan)
+
+    @contextlib.contextmanager
+    def _duckdb_mirror(self, *, complete: bool) -> Iterator[DuckDBBackend | None]:
+        """A DuckDB backend over empty tables with this backend's tables and column types. A column
+        whose type has no DuckDB counterpart here (nested types) is left out, or, when ``complete``,
+        no mirror is made (None)."""
         import duckdb
 
         from dpkit.engine._aggregation import _quote
@@ -1010,17 +1084,32 @@ class SparkBackend:
             columns = []
             for column, kind in column_types.items():
                 duck = duck_column_type(kind)
-                if duck is None:
+                if duck is None and complete:
+                    yield None
                     return
-                columns.append(f"{_quote(column)} {duck}")
-            statements.append(f"CREATE TABLE {_quote(name)} ({', '.join(columns)})")
+                if duck is not None:
+                    columns.append(f"{_quote(column)} {duck}")
+            statements.append(f"CREATE TABLE {_quote(name)} ({', '.join(columns) or '__none INTEGER'})")
         connection = duckdb.connect(":memory:")
         try:
             for statement in statements:
                 connection.execute(statement)
-            DuckDBBackend(connection).check(plan)
+            yield DuckDBBackend(connection)
         finally:
             connection.close()
+
+    def derived_schema(
+        self, table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]
+    ) -> dict[str, ColumnInfo]:
+        """The derived columns' types as DuckDB binds them (on empty tables of this backend's types),
+        named as Spark names them: the Spark text computes them as DuckDB does (``spark_semantics``)."""
+        with self._duckdb_mirror(complete=False) as mirror:
+            assert mirror is not None  # (a partial mirror is always made)
+            described = mirror.derived_schema(table, joins, derived)
+        return {
+            name: ColumnInfo(name, _spark_type_name(info.type), info.numeric, info.integer)
+            for name, info in described.items()
+        }
 
     def has_repeated_keys(self, table: str, columns: tuple[str, ...]) -> bool:
         _, final = view_steps(repeated_keys_sql(table, columns), "spark", "", tables=self._views())

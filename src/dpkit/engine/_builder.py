@@ -28,6 +28,7 @@ from dpkit.engine._plan import (
     Aggregate,
     Bin,
     Contribution,
+    Derived,
     GroupKey,
     Join,
     OrderBy,
@@ -40,7 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from dpkit.engine._result import Preview, Result
     from dpkit.engine._session import Session
 
-__all__ = ["QueryBuilder", "normalise_condition", "normalise_keys"]
+__all__ = ["QueryBuilder", "normalise_condition", "normalise_expression", "normalise_keys"]
 
 
 #: The expression nodes a WHERE condition may use: comparisons, logic, arithmetic, casts, CASE and
@@ -72,30 +73,47 @@ def normalise_condition(condition: object) -> str:
     functions), since a filter must act on each row alone, and any function outside
     :data:`ALLOWED_IN_WHERE`.
     """
+    return _row_expression(condition, "condition", "a filter")
+
+
+def normalise_expression(expression: object) -> str:
+    """Parse the SQL expression of a derived column (DuckDB dialect) and return its canonical text:
+    the rules of a filter (:func:`normalise_condition`), any value type.
+
+    >>> normalise_expression("spend  *  1.2")
+    'spend * 1.2'
+    """
+    return _row_expression(expression, "expression", "a derived column")
+
+
+def _row_expression(condition: object, parameter: str, place: str) -> str:
+    """``condition``, a row-level SQL expression, in canonical form; refused by name (``parameter``)
+    when it is not one scalar expression over one row's columns built from :data:`ALLOWED_IN_WHERE`."""
     if not isinstance(condition, str) or not condition.strip():
-        raise InvalidParameterError("condition", condition, "must be a non-empty SQL boolean expression")
+        allowed = "must be a non-empty SQL " + ("boolean expression" if place == "a filter" else "expression")
+        raise InvalidParameterError(parameter, condition, allowed)
     try:
         tree = sqlglot.parse_one(condition, read="duckdb")
     except sqlglot.errors.ParseError as error:
-        raise InvalidParameterError("condition", condition, f"is not a valid SQL expression ({error})") from None
+        raise InvalidParameterError(parameter, condition, f"is not a valid SQL expression ({error})") from None
     if isinstance(tree, exp.Query) or tree.find(exp.Subquery, exp.Select) is not None:
-        raise InvalidParameterError("condition", condition, "subqueries are not allowed in a filter")
+        raise InvalidParameterError(parameter, condition, f"subqueries are not allowed in {place}")
     if tree.find(exp.AggFunc) is not None or tree.find(exp.Window) is not None:
-        raise InvalidParameterError("condition", condition, "aggregates and window functions are not allowed in WHERE")
+        raise InvalidParameterError(
+            parameter, condition, f"aggregates and window functions are not allowed in {place} (it reads one row)"
+        )
     for node in tree.walk():
         if isinstance(node, exp.Like | exp.ILike):
             pattern = node.expression
             if not (isinstance(pattern, exp.Literal) and pattern.is_string) or "\\" in pattern.this:
                 # A pattern from the row could be malformed on some rows only (Spark's default
                 # escape is a backslash): only a fixed pattern without backslashes is allowed.
-                raise InvalidParameterError(
-                    "condition", condition, "LIKE needs a fixed text pattern without backslashes"
-                )
+                raise InvalidParameterError(parameter, condition, "LIKE needs a fixed text pattern without backslashes")
             if pattern.this.count("%") > 1:
                 # Spark matches LIKE with a backtracking regex: '%a%a%...b' takes time polynomial
                 # in one row's length, with the number of '%' as the degree.
                 raise InvalidParameterError(
-                    "condition",
+                    parameter,
                     condition,
                     "LIKE may use one '%' at most (a prefix or suffix test); for a substring use "
                     "contains(column, 'text'), starts_with(...) or ends_with(...)",
@@ -106,14 +124,14 @@ def normalise_condition(condition: object) -> str:
             if not (isinstance(number, exp.Literal) and not number.is_string and abs(int(float(number.this))) <= 38):
                 # Spark raises on a huge scale whatever the ANSI setting, for the rows that reach it.
                 raise InvalidParameterError(
-                    "condition", condition, "ROUND, CEIL and FLOOR take a fixed number of digits between -38 and 38"
+                    parameter, condition, "ROUND, CEIL and FLOOR take a fixed number of digits between -38 and 38"
                 )
         if type(node).__name__ not in ALLOWED_IN_WHERE:
             name = node.name if isinstance(node, exp.Anonymous) else type(node).__name__
             raise InvalidParameterError(
-                "condition",
+                parameter,
                 condition,
-                f"{name!s} is not allowed in a filter (a filter may use comparisons, AND/OR/NOT, IN, "
+                f"{name!s} is not allowed in {place} (it may use comparisons, AND/OR/NOT, IN, "
                 "BETWEEN, LIKE, IS NULL, arithmetic, CAST, CASE, COALESCE and simple string, math and "
                 "date functions): a function that can fail, call out or run long on one row would reveal it",
             )
@@ -144,7 +162,7 @@ def _temporal(node: exp.Expr, types: Mapping[str, str]) -> bool:
     return False
 
 
-def check_filter_types(tree: exp.Expr, condition: str, types: Mapping[str, str]) -> None:
+def check_filter_types(tree: exp.Expr, condition: str, types: Mapping[str, str], parameter: str = "condition") -> None:
     """Refuse date and time arithmetic in a filter (``tree``: ``condition`` parsed; ``types``: column -> type name).
 
     Spark computes date, timestamp and interval arithmetic exactly and raises on overflow even with
@@ -155,9 +173,9 @@ def check_filter_types(tree: exp.Expr, condition: str, types: Mapping[str, str])
         arithmetic = isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Div | exp.IntDiv | exp.Mod | exp.Neg)
         if arithmetic and _temporal(node, types):
             raise InvalidParameterError(
-                "condition",
+                parameter,
                 condition,
-                "date and time arithmetic is not allowed in a filter (it can overflow on one row); "
+                "date and time arithmetic is not allowed in a filter or a derived column (it can overflow on one row); "
                 "compare dates directly, or use YEAR(...), MONTH(...) or EXTRACT(...)",
             )
 
@@ -261,6 +279,23 @@ class QueryBuilder:
     def where(self, condition: str) -> QueryBuilder:
         """Keep rows where the SQL boolean ``condition`` holds (filters are AND-ed)."""
         return self._with(where=(*self._plan.where, normalise_condition(condition)))
+
+    def with_column(self, name: str, expression: str) -> QueryBuilder:
+        """Add a column computed from each row, ``name`` = ``expression`` (SQL, DuckDB's dialect), for
+        aggregates and group keys to use like any column; bounds and public keys name it.
+
+        The expression follows the rules of :meth:`where` (the same functions; no aggregates) and
+        reads the table's columns (not other derived ones). Where it fails on a row (a cast that
+        does not parse, an overflow) the value is NULL, as a NULL in the data (see ``sum``).
+
+        >>> b = QueryBuilder(None, "people").with_column("band", "CASE WHEN age < 18 THEN 'minor' ELSE 'adult' END")
+        >>> b.plan.derived[0].expression
+        "CASE WHEN age < 18 THEN 'minor' ELSE 'adult' END"
+        """
+        column = Derived(name, normalise_expression(expression))
+        if any(d.name.casefold() == column.name.casefold() for d in self._plan.derived):
+            raise InvalidParameterError("name", name, "a derived column of this name exists; choose another name")
+        return self._with(derived=(*self._plan.derived, column))
 
     def join(self, table: str, on: str | Sequence[str]) -> QueryBuilder:
         """Inner-join a public lookup table (registered with ``Session(public_tables=...)``) on shared columns."""

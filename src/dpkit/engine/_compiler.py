@@ -51,6 +51,7 @@ from dpkit.engine._plan import (
     Aggregate,
     Bin,
     Contribution,
+    Derived,
     Join,
     OrderBy,
     Query,
@@ -86,6 +87,18 @@ class CompileContext:
     budget: Guarantee
     bounds: Mapping[str, tuple[float, float] | str]
     contribution: Contribution
+    #: The backend's ``derived_schema`` (table, joins, derived columns -> their ColumnInfo), which types
+    #: derived columns by binding them (no rows read); None: derived columns are refused.
+    derived_schema: Callable[[str, tuple[Join, ...], tuple[Derived, ...]], Mapping[str, ColumnInfo]] | None = None
+
+
+def nonnull_column(column: str) -> str:
+    """The name of the derived 0/1 column a ``count(column)`` sums: 1 where ``column`` is not NULL.
+
+    >>> nonnull_column("income")
+    'income IS NOT NULL'
+    """
+    return f"{column} IS NOT NULL"
 
 
 @dataclass(frozen=True)
@@ -209,6 +222,10 @@ class CompiledQuery:
     #: Each group column's type as the backend names it (bins left out): the types of a result
     #: that has no rows (private keys, none selected).
     group_types: Mapping[str, str] = field(default_factory=dict)
+    #: The columns computed from each row: the query's own, then the 0/1 column of each ``count(column)``
+    #: (see :func:`nonnull_column`), with their types as the backend names them.
+    derived: tuple[Derived, ...] = ()
+    derived_types: tuple[str, ...] = ()
 
     @property
     def public_keys(self) -> bool:
@@ -524,6 +541,8 @@ def _sqrt_times_up(g: int, value: float) -> float:
 
 def _statistics_for(aggregate: Aggregate, unit: str | None) -> list[str]:
     column = aggregate.column
+    if aggregate.kind == "count" and column is not None:
+        return [f"sum:{nonnull_column(column)}"]  # the rows where it is not NULL: a sum of 0s and 1s
     return {
         "count": ["rows"],
         "count_distinct": ["persons"],
@@ -737,6 +756,8 @@ def _schema_spelling(query: Query, context: CompileContext) -> Query:
         joins.append(Join(table(join.table), tuple(earlier(c) for c in join.on)))
         folded = {n.casefold() for n in names}
         names += [n for n in context.public_tables.get(table(join.table), {}) if n.casefold() not in folded]
+    folded = {n.casefold() for n in names}
+    names += [d.name for d in query.derived if d.name.casefold() not in folded]
     resolve = spelling_resolver(names)
     return dataclasses.replace(
         query,
@@ -859,7 +880,11 @@ def _person_kind(column: ColumnInfo | None) -> str:
     return "float" if _floating(column) else "text"
 
 
-def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInfo]:
+def _check_columns(
+    query: Query, context: CompileContext
+) -> tuple[dict[str, ColumnInfo], tuple[Derived, ...], tuple[str, ...]]:
+    """The columns the query may read (the table's, its lookups' and its derived ones), every name it
+    uses checked against them, and the derived columns to compute with their types (``_check_derived``)."""
     available = dict(context.columns)
     # Column names compared without case, as DuckDB and Spark compare identifiers.
     ambiguous: dict[str, str] = {}  # case-folded column -> "'t1' and the lookup table 't2'" sharing it
@@ -908,10 +933,16 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             owner.setdefault(name.casefold(), join.table)
             available.setdefault(name, info)
 
-    resolve = spelling_resolver(list(available))
+    derived_names = {d.name.casefold(): d.name for d in query.derived}
 
     def need(column: str, what: str) -> ColumnInfo:
-        column = resolve(column)
+        column = spelling_resolver(list(available))(column)
+        if column not in available and column.casefold() in derived_names:
+            raise InvalidParameterError(
+                what,
+                column,
+                f"is a derived column: {what!r} reads the table's own columns (write the expression itself there)",
+            )
         if column.casefold() in ambiguous:
             raise InvalidParameterError(
                 what,
@@ -936,6 +967,7 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
         types = {name: info.type for name, info in available.items()}
         types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
         check_filter_types(tree, condition, types)
+    derived, derived_types = _check_derived(query, context, available, need)
     infos: list[ColumnInfo] = []
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
@@ -974,7 +1006,65 @@ def _check_columns(query: Query, context: CompileContext) -> dict[str, ColumnInf
             raise InvalidParameterError(
                 "group_by", context.privacy_unit, "grouping by the privacy unit would release each person"
             )
-    return available
+    return available, derived, derived_types
+
+
+def _check_derived(
+    query: Query, context: CompileContext, available: dict[str, ColumnInfo], need: Callable[[str, str], ColumnInfo]
+) -> tuple[tuple[Derived, ...], tuple[str, ...]]:
+    """Check and type the query's derived columns, add them to ``available`` (the columns of the table
+    and its lookups), and return them with the 0/1 column of each ``count(column)`` and their types.
+
+    A derived column's name is new (no column of the tables, no other derived column) and its
+    expression reads the tables' columns only, without date and time arithmetic (as a filter).
+    Its type comes from the backend binding the expressions (no rows read).
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    from dpkit.engine._aggregation import _quote
+    from dpkit.engine._builder import check_filter_types
+
+    types = {name: info.type for name, info in available.items()}
+    types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
+    taken = {name.casefold() for name in available}
+    trees = {}
+    for column in query.derived:
+        if column.name.casefold() in taken:
+            other = "a column of the tables" if column.name.casefold() in types else "another derived column's name"
+            raise InvalidParameterError(
+                "derived", column.name, f"names a derived column, but it is also {other}; choose a new name"
+            )
+        taken.add(column.name.casefold())
+        tree = sqlglot.parse_one(column.expression, read="duckdb")  # (canonical and allowlisted already)
+        for reference in tree.find_all(exp.Column):
+            need(reference.name, column.name)
+        check_filter_types(tree, column.expression, types, parameter=column.name)
+        trees[column.name] = tree
+    # count(column): a 0/1 column, 1 where the column (or the derived column's expression) is not NULL.
+    indicators: dict[str, Derived] = {}
+    for _, aggregate in query.aggregates:
+        if aggregate.kind != "count" or aggregate.column is None:
+            continue
+        counted = aggregate.column
+        if counted in trees:
+            value = f"({trees[counted].sql(dialect='duckdb')})"
+        else:
+            value = _quote(need(counted, "count").name)
+        name = nonnull_column(counted)
+        if name.casefold() in taken and name not in indicators:
+            raise InvalidParameterError("count", counted, f"the name {name!r} of its 0/1 column is taken; rename it")
+        taken.add(name.casefold())
+        indicators[name] = Derived(name, f"CASE WHEN {value} IS NULL THEN 0 ELSE 1 END")
+    derived = (*query.derived, *indicators.values())
+    if not derived:
+        return (), ()
+    if context.derived_schema is None:
+        raise InvalidParameterError("derived", [d.name for d in derived], "this session cannot type derived columns")
+    described = context.derived_schema(query.table, query.joins, derived)
+    for column in query.derived:
+        available[column.name] = described[column.name]
+    return derived, tuple(described[d.name].type for d in derived)
 
 
 def compile_query(
@@ -987,13 +1077,17 @@ def compile_query(
         raise InvalidParameterError("table", query.table, f"this session's private table is {context.table!r}")
     # Every filter is checked here (the allowlist), also a hand-built Query's, and the backend runs
     # its canonical text (as sqlglot read and checked it), never the raw text.
-    from dpkit.engine._builder import normalise_condition
+    from dpkit.engine._builder import normalise_condition, normalise_expression
 
-    query = dataclasses.replace(query, where=tuple(normalise_condition(w) for w in query.where))
+    query = dataclasses.replace(
+        query,
+        where=tuple(normalise_condition(w) for w in query.where),
+        derived=tuple(Derived(d.name, normalise_expression(d.expression)) for d in query.derived),
+    )
     query = _schema_spelling(query, context)
     _check_output_names(query)
     query = _check_arrangement(query)
-    available = _check_columns(query, context)
+    available, derived, derived_types = _check_columns(query, context)
     float_groups = frozenset(g for g in query.group_by if isinstance(g, str) and _floating(available[g]))
     real_groups = frozenset(g for g in float_groups if available[g].type.upper() in ("FLOAT", "REAL", "FLOAT4"))
     contribution = query.contribution or context.contribution
@@ -1021,16 +1115,19 @@ def compile_query(
             merged[column.casefold()] = (column, pair)
     known = {name.casefold() for name in context.columns}
     known.update(name.casefold() for table in context.public_tables.values() for name in table)
+    known.update(d.name.casefold() for d in query.derived)
     for key, (column, _) in merged.items():
         if key not in known:  # a misspelt name would leave its column unbounded
             raise InvalidParameterError(
                 "bounds",
                 column,
-                f"is not a column of {context.table!r} or of a public table; columns: "
+                f"is not a column of {context.table!r}, of a public table or a derived column of this query; columns: "
                 f"{', '.join(sorted(context.columns))}",
             )
     resolved: dict[str, tuple[float, float] | str] = {}
     for name, aggregate in query.aggregates:
+        if aggregate.kind == "count" and aggregate.column is not None:
+            resolved[nonnull_column(aggregate.column)] = (0.0, 1.0)
         if aggregate.kind not in NUMERIC_KINDS or aggregate.column is None:
             continue
         value = (
@@ -1109,6 +1206,8 @@ def compile_query(
             g.name if isinstance(g, Bin) else g: "VARCHAR" if isinstance(g, Bin) else available[g].type
             for g in query.group_by
         },
+        derived=derived,
+        derived_types=derived_types,
     )
     compiled.verify()
     return compiled
@@ -1274,6 +1373,8 @@ def _plan(compiled: CompiledQuery, salt: str, **fields: Any) -> AggregationPlan:
         "float_groups": compiled.float_groups,
         "real_groups": compiled.real_groups,
         "person_kind": compiled.person_kind,
+        "derived": compiled.derived,
+        "derived_types": compiled.derived_types,
     }
     return AggregationPlan(**(base | fields))
 

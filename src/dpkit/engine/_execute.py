@@ -26,6 +26,7 @@ from dpkit.engine._compiler import (
     aggregation_plan,
     histogram_plan,
     log2_candidates,
+    nonnull_column,
 )
 from dpkit.engine._plan import AUTO, canonical, level_label
 from dpkit.mechanisms import DiscreteGaussian
@@ -278,6 +279,8 @@ def selection_entry(compiled: CompiledQuery, selector: Any, threshold: Any) -> d
 
 def statistic_label(statistic: Statistic) -> str:
     """How the budget split (and the preview) names a noisy statistic."""
+    if statistic.kind == "sum" and statistic.column is not None and statistic.column.endswith(" IS NOT NULL"):
+        return f"count of rows where {statistic.column}"  # (count(column): see nonnull_column)
     return {
         "rows": "count of rows",
         "persons": "count of people",
@@ -343,6 +346,8 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
         column = aggregate.column or ""
         if aggregate.kind in ("count", "count_distinct"):
             key = "rows" if aggregate.kind == "count" else "persons"
+            if aggregate.column is not None:  # count(column): the sum of its 0/1 column
+                key = f"sum:{nonnull_column(aggregate.column)}"
             h = hw[key]
             noisy = values[key]
             out[name] = [float(max(0, round(v))) for v in noisy]

@@ -23,9 +23,14 @@ __all__ = ["count", "count_distinct", "mean", "median", "quantiles", "stddev", "
 Bounds = tuple[float, float] | str | None
 
 
-def count(*, weight: float = 1.0) -> Aggregate:
-    """Number of rows (each person's rows bounded to ``rows_per_group`` per group)."""
-    return Aggregate("count", weight=weight)
+def count(column: str | None = None, *, weight: float = 1.0) -> Aggregate:
+    """Number of rows (each person's rows bounded to ``rows_per_group`` per group); with ``column``,
+    of the rows where that column is not NULL (SQL's ``COUNT(column)``), same sensitivity.
+
+    >>> count("income").column
+    'income'
+    """
+    return Aggregate("count", column, weight=weight)
 
 
 def count_distinct(*, weight: float = 1.0) -> Aggregate:

@@ -25,6 +25,7 @@ __all__ = [
     "AggregateKind",
     "Bin",
     "Contribution",
+    "Derived",
     "GroupKey",
     "Join",
     "OrderBy",
@@ -126,7 +127,8 @@ def check_bounds_mapping(bounds: Mapping[Any, Any]) -> dict[str, tuple[float, fl
 class Aggregate:
     """One requested statistic: kind, column, clamping bounds, quantile levels and budget weight.
 
-    ``bounds`` None means "use the session's or the call's bounds for this column"; the compiler
+    ``column`` of a count: count the rows where it is not NULL (SQL's ``COUNT(col)``); None counts
+    every row. ``bounds`` None means "use the session's or the call's bounds for this column"; the compiler
     refuses a numeric aggregate whose column has no bounds anywhere. ``weight`` is this
     aggregate's share of the query budget relative to the others (default 1). ``sample`` (variance
     and stddev only): divide by n - 1 (SQL's VARIANCE / VAR_SAMP) instead of n (VAR_POP).
@@ -146,8 +148,16 @@ class Aggregate:
             if not isinstance(self.column, str) or not self.column:
                 raise InvalidParameterError("column", self.column, f"{self.kind} needs a column name (a string)")
         elif self.column is not None and self.kind == "count":
-            if not isinstance(self.column, str):
-                raise InvalidParameterError("column", self.column, "must be a column name or None")
+            if not isinstance(self.column, str) or not self.column:
+                raise InvalidParameterError(
+                    "column", self.column, "must be a column name (count its non-NULL rows) or None"
+                )
+        elif self.column is not None:
+            raise InvalidParameterError(
+                "column", self.column, "count_distinct counts people (the privacy unit) and takes no column"
+            )
+        if self.bounds is not None and self.kind not in NUMERIC_KINDS:
+            raise InvalidParameterError("bounds", self.bounds, f"only numeric aggregates take bounds, not {self.kind}")
         if self.bounds is not None:
             object.__setattr__(self, "bounds", check_bounds_pair("bounds", self.bounds))
         if self.kind == "quantiles":
@@ -288,6 +298,29 @@ class Join:
             raise InvalidParameterError("on", self.on, "must name one or more shared columns")
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A column computed from each row of the private table (and its joined lookups): ``name`` is
+    ``expression``, a row-level SQL expression in DuckDB's dialect (``"spend * 1.2"``,
+    ``"CASE WHEN age < 18 THEN 'minor' ELSE 'adult' END"``).
+
+    Aggregates and group keys use it as a column; bounds and public keys name it. The expression
+    obeys the WHERE rules (the same function allowlist, no aggregates, windows or subqueries) and
+    reads the table's columns only. A row on which it fails (a cast that does not parse, an integer
+    overflow) gets NULL there, as a failing filter excludes its row: a query never fails on one
+    person's value.
+    """
+
+    name: str
+    expression: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise InvalidParameterError("name", self.name, "a derived column needs a name (a non-empty string)")
+        if not isinstance(self.expression, str) or not self.expression.strip():
+            raise InvalidParameterError("expression", self.expression, "must be a non-empty SQL expression")
+
+
 #: The largest per-person limit accepted (beyond it no budget gives useful noise; it also keeps
 #: sensitivities far from float overflow).
 _MAX_LIMIT = 10**9
@@ -325,6 +358,8 @@ class Query:
     table: str
     joins: tuple[Join, ...] = ()
     where: tuple[str, ...] = ()
+    #: Columns computed from each row (see :class:`Derived`), usable by aggregates and group keys.
+    derived: tuple[Derived, ...] = ()
     group_by: tuple[GroupKey, ...] = ()
     keys: tuple[tuple[Any, ...], ...] | None = None
     aggregates: tuple[tuple[str, Aggregate], ...] = ()
@@ -358,6 +393,8 @@ class Query:
         parts = [f"table {self.table}"]
         if self.joins:
             parts.append("join " + ", ".join(j.table for j in self.joins))
+        if self.derived:
+            parts.append("with " + ", ".join(f"{d.name} = {d.expression}" for d in self.derived))
         if self.where:
             parts.append("where " + " AND ".join(self.where))
         if self.group_by:

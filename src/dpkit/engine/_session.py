@@ -335,6 +335,22 @@ class Session:
             )
         return query
 
+    def key_columns(self, sql: str) -> dict[str, ColumnInfo]:
+        """The columns public keys may be given for in ``sql``: the table's (:attr:`columns`) and the
+        derived columns the query makes (``SELECT CASE ... END AS band ... GROUP BY band``), typed
+        by binding their expressions (no rows read). A query that does not parse or bind adds
+        nothing here: running it reports why."""
+        columns = dict(self._columns)
+        try:
+            query = self._parse(sql, None, None, None)
+            describe = getattr(self._backend, "derived_schema", None)
+            if query.derived and describe is not None:
+                derived = describe(query.table, query.joins, query.derived)
+                columns.update({name: info for name, info in derived.items() if name not in columns})
+        except DPError:
+            pass
+        return columns
+
     def _context(self) -> CompileContext:
         return CompileContext(
             table=self._name,
@@ -344,6 +360,7 @@ class Session:
             budget=self._ledger.budget,
             bounds=self._bounds,
             contribution=self._contribution,
+            derived_schema=getattr(self._backend, "derived_schema", None),
         )
 
     def _compile(self, query: QueryBuilder | Query | str, cost: dict[str, Any]) -> CompiledQuery:

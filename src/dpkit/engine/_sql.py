@@ -7,12 +7,16 @@ privacy analysis in the compiler:
   ``JOIN lookup USING (col, ...)`` or ``JOIN lookup ON a.col = b.col [AND ...]`` (same column
   name on both sides);
 * ``WHERE`` with any row-level boolean expression (no subqueries, aggregates or windows);
-* ``GROUP BY`` plain columns (named, or by their SELECT position: ``GROUP BY 1``);
-* ``SELECT`` group columns and aggregates, each optionally aliased: ``COUNT(*)``,
-  ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``, ``VARIANCE`` / ``VAR_SAMP`` /
-  ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``, ``MEDIAN``, ``QUANTILE_CONT`` /
-  ``QUANTILE_DISC`` / ``QUANTILE`` / ``APPROX_QUANTILE`` (one level or a list) and
-  ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``;
+* ``GROUP BY`` columns (named, or by their SELECT position: ``GROUP BY 1``) and named
+  expressions (``SELECT CASE ... END AS band ... GROUP BY band``: a derived column);
+* ``SELECT`` group columns and aggregates, each optionally aliased: ``COUNT(*)``, ``COUNT(col)``
+  (its rows that are not NULL), ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``,
+  ``VARIANCE`` / ``VAR_SAMP`` / ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``,
+  ``MEDIAN``, ``QUANTILE_CONT`` / ``QUANTILE_DISC`` / ``QUANTILE`` / ``APPROX_QUANTILE`` (one level
+  or a list) and
+  ``PERCENTILE_CONT`` / ``PERCENTILE_DISC ... WITHIN GROUP (ORDER BY col)``; an aggregate of an
+  expression (``SUM(price * quantity) AS revenue``) aggregates a derived column named as the item
+  (see :class:`~dpkit.engine.Derived`), whose bounds are given under that name;
 * ``HAVING`` on the released columns (an aggregate there must repeat one of the SELECT list),
   ``ORDER BY`` result columns (by name, position or SELECT item), ``LIMIT n`` and ``OFFSET n``:
   post-processing that filters, sorts and slices the released, noisy table (no privacy cost).
@@ -25,18 +29,19 @@ schema.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator
+from dataclasses import dataclass, field
 
 import sqlglot
 from sqlglot import exp
 
 from dpkit._errors import InvalidParameterError
-from dpkit.engine._builder import normalise_condition, normalise_keys
-from dpkit.engine._plan import Aggregate, AggregateKind, GroupKey, Join, OrderBy, Query
+from dpkit.engine._builder import normalise_condition, normalise_expression, normalise_keys
+from dpkit.engine._plan import Aggregate, AggregateKind, Derived, GroupKey, Join, OrderBy, Query
 
 __all__ = ["UnsupportedSQLError", "parse_query"]
 
 SUPPORTED_AGGREGATES = (
-    "COUNT(*), COUNT(DISTINCT <privacy unit>), SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
+    "COUNT(*), COUNT(col), COUNT(DISTINCT <privacy unit>), SUM, AVG, VARIANCE, STDDEV, MEDIAN, "
     "QUANTILE_CONT(col, q or [q1, q2, ...]), PERCENTILE_CONT(q) WITHIN GROUP (ORDER BY col)"
 )
 
@@ -136,12 +141,14 @@ def parse_query(
     qualifiers, from_name = _from_clause(select, table)
     joins = _join_clauses(select, table, from_name, public_tables, qualifiers)
     where = _where_clause(select, qualifiers)
-    group_by = _group_by_clause(select, qualifiers, privacy_unit)
-    aggregates, columns = _select_list(select, qualifiers, group_by, privacy_unit)
+    scope = _Scope(qualifiers)
+    group_by = _group_by_clause(select, scope, privacy_unit)
+    aggregates, columns = _select_list(select, scope, group_by, privacy_unit)
     query = Query(
         table=table,
         joins=joins,
         where=where,
+        derived=tuple(scope.derived.values()),
         group_by=group_by,
         keys=normalise_keys(group_by, keys),
         aggregates=aggregates,
@@ -442,7 +449,32 @@ def _where_clause(select: exp.Select, qualifiers: set[str]) -> tuple[str, ...]:
     return tuple(filters)
 
 
-def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str | None) -> tuple[GroupKey, ...]:
+@dataclass
+class _Scope:
+    """What the SELECT list and GROUP BY share: the table's qualifiers, and the derived columns made
+    from expressions (an aggregate's argument, a group key), keyed by their name case-folded."""
+
+    qualifiers: set[str]
+    derived: dict[str, Derived] = field(default_factory=dict)
+
+    def derive(self, name: str | None, node: exp.Expr, clause: str, what: str) -> str:
+        """The derived column ``name`` = ``node`` (a row-level expression); ``what`` says, in a refusal
+        for a missing name, how to write one."""
+        fragment = _fragment(node)
+        if not name:
+            raise UnsupportedSQLError(clause, fragment, f"an expression needs a name here: {what}")
+        try:
+            expression = normalise_expression(_fragment(_strip_qualifiers(node.unnest(), self.qualifiers)))
+        except InvalidParameterError as error:
+            raise UnsupportedSQLError(clause, fragment, error.allowed) from None
+        previous = self.derived.get(name.casefold())
+        if previous is not None and previous.expression != expression:
+            raise UnsupportedSQLError(clause, fragment, f"the name {name!r} is given to two different expressions")
+        self.derived[name.casefold()] = Derived(name, expression)
+        return name
+
+
+def _group_by_clause(select: exp.Select, scope: _Scope, privacy_unit: str | None) -> tuple[GroupKey, ...]:
     group = select.args.get("group")
     if group is None:
         return ()
@@ -465,16 +497,7 @@ def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str
             raise UnsupportedSQLError(
                 clause, _fragment(item), "each set of groups is a separate release; run one query per grouping"
             )
-        if isinstance(item, exp.Literal) and not item.is_string:
-            item = _selected_at(select, item)
-        column = _plain_column(item, qualifiers)
-        if column is None:
-            raise UnsupportedSQLError(
-                "GROUP BY",
-                _fragment(item),
-                "only plain columns are supported, not expressions; for a histogram of a numeric column "
-                "use the Python builder's bins (session.table(...).group_by(bins={...}))",
-            )
+        column = _group_item(select, item, scope)
         if privacy_unit is not None and column.casefold() == privacy_unit.casefold():
             raise UnsupportedSQLError(
                 "GROUP BY",
@@ -488,13 +511,51 @@ def _group_by_clause(select: exp.Select, qualifiers: set[str], privacy_unit: str
     return tuple(names)
 
 
-def _selected_at(select: exp.Select, position: exp.Literal) -> exp.Expr:
-    """The SELECT item at a 1-based GROUP BY position (``GROUP BY 1``), without its alias."""
-    items = select.expressions
-    index = int(position.this) if position.this.isdigit() else 0
-    if not 1 <= index <= len(items):
-        raise UnsupportedSQLError("GROUP BY", _fragment(position), f"a position must be 1 to {len(items)}")
-    return _unaliased(items[index - 1])
+def _group_item(select: exp.Select, item: exp.Expr, scope: _Scope) -> str:
+    """The group column of one GROUP BY item: a column, or a derived column for an expression.
+
+    An expression is grouped by under the name the SELECT list gives it: ``SELECT CASE ... END AS
+    band ... GROUP BY band`` (or ``GROUP BY 1``, or the expression repeated). A name that is the
+    alias of a SELECT expression means that expression (the compiler refuses the name if the table
+    also has such a column).
+    """
+    qualifiers = scope.qualifiers
+    expressions = {
+        entry.alias.casefold(): entry
+        for entry in select.expressions
+        if isinstance(entry, exp.Alias)
+        and _plain_column(entry.this, qualifiers) is None
+        and entry.this.find(exp.AggFunc) is None
+        and not _has_mean(entry.this)
+    }
+    if isinstance(item, exp.Literal) and not item.is_string:
+        items = select.expressions
+        index = int(item.this) if item.this.isdigit() else 0
+        if not 1 <= index <= len(items):
+            raise UnsupportedSQLError("GROUP BY", _fragment(item), f"a position must be 1 to {len(items)}")
+        item = items[index - 1]
+        if isinstance(item, exp.Alias) and _plain_column(item.this, qualifiers) is None:
+            expressions = {item.alias.casefold(): item}
+            item = exp.column(item.alias)
+        else:
+            item = _unaliased(item)
+    column = _plain_column(item, qualifiers)
+    if column is not None and column.casefold() not in expressions:
+        return column
+    named: exp.Alias | None
+    if column is not None:
+        named = expressions[column.casefold()]
+    else:
+        shape = _strip_qualifiers(item.unnest(), qualifiers)
+        named = next((e for e in expressions.values() if _strip_qualifiers(e.this.unnest(), qualifiers) == shape), None)
+        if named is None:
+            raise UnsupportedSQLError(
+                "GROUP BY",
+                _fragment(item),
+                "an expression is grouped by under the name the SELECT list gives it: "
+                f"SELECT {_fragment(item)} AS name, ... GROUP BY name",
+            )
+    return scope.derive(named.alias, named.this, "GROUP BY", "SELECT <expression> AS name ... GROUP BY name")
 
 
 def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
@@ -509,8 +570,9 @@ def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
 
 
 def _select_list(
-    select: exp.Select, qualifiers: set[str], group_by: tuple[GroupKey, ...], privacy_unit: str | None
+    select: exp.Select, scope: _Scope, group_by: tuple[GroupKey, ...], privacy_unit: str | None
 ) -> tuple[tuple[tuple[str, Aggregate], ...], tuple[str, ...]]:
+    qualifiers = scope.qualifiers
     items = select.expressions
     if not items:
         raise UnsupportedSQLError("SELECT", _fragment(select), "name at least one aggregate")
@@ -526,7 +588,10 @@ def _select_list(
         if column is not None:
             entries.append((None, _group_column(column, alias, item, group_names, privacy_unit)))
             continue
-        entries.append((alias or None, _aggregate(node.unnest(), qualifiers, privacy_unit)))
+        if alias and alias.casefold() in scope.derived and alias.casefold() in group_names:
+            entries.append((None, group_names[alias.casefold()]))  # an expression grouped by (see _group_item)
+            continue
+        entries.append((alias or None, _aggregate(node.unnest(), scope, privacy_unit, alias or None)))
     if not any(isinstance(value, tuple) for _, value in entries):
         raise UnsupportedSQLError("SELECT", _fragment(select), f"name at least one aggregate ({SUPPORTED_AGGREGATES})")
 
@@ -681,35 +746,39 @@ def _group_column(
     return group_names[column.casefold()]
 
 
-def _aggregate(node: exp.Expr, qualifiers: set[str], privacy_unit: str | None) -> tuple[Aggregate, str]:
-    """The plan aggregate for one SELECT item and its default output name."""
+def _aggregate(node: exp.Expr, scope: _Scope, privacy_unit: str | None, alias: str | None) -> tuple[Aggregate, str]:
+    """The plan aggregate for one SELECT item (named ``alias``, if given) and its default output name.
+
+    An aggregate of an expression (``SUM(price * quantity) AS revenue``) aggregates a derived column
+    named as the item (its bounds are given under that name)."""
     fragment = _fragment(node)
+    arguments = _Arguments(scope, alias)
     if isinstance(node, exp.Filter):
         raise UnsupportedSQLError(
             "FILTER", fragment, "aggregate FILTER clauses are not supported; use WHERE (one query per filter)"
         )
     if isinstance(node, exp.Count):
-        return _count(node, qualifiers, privacy_unit)
+        return _count(node, arguments, privacy_unit)
     if isinstance(node, exp.Anonymous) and node.name.upper() == "MEAN":
         if len(node.expressions) != 1:
             raise UnsupportedSQLError("SELECT", fragment, "MEAN takes one column")
-        return _numeric(("mean", "avg", False), node.expressions[0], node, qualifiers)
+        return _numeric(("mean", "avg", False), node.expressions[0], node, arguments)
     simple = _SIMPLE_AGGREGATES.get(type(node))
     if simple is not None:
-        return _numeric(simple, node.this, node, qualifiers)
+        return _numeric(simple, node.this, node, arguments)
     if isinstance(node, exp.Median):
-        column = _argument_column(node.this, node, qualifiers)
+        column = arguments.column(node.this, node)
         return Aggregate("quantiles", column, levels=(0.5,)), f"median_{column}"
     levels_arg = _QUANTILE_FUNCTIONS.get(type(node))
     if levels_arg is not None:
         extra = [k for k, v in node.args.items() if v and k not in ("this", levels_arg)]
         if extra:
             raise UnsupportedSQLError("SELECT", fragment, f"the options {', '.join(extra)} are not supported")
-        column = _argument_column(node.this, node, qualifiers)
+        column = arguments.column(node.this, node)
         levels = _levels(node.args.get(levels_arg), node)
         return Aggregate("quantiles", column, levels=levels), f"quantile_{column}"
     if isinstance(node, exp.WithinGroup):
-        return _within_group(node, qualifiers)
+        return _within_group(node, arguments)
     if isinstance(node, exp.AggFunc):
         name = node.sql_name() if isinstance(node, exp.Func) else node.key.upper()
         raise UnsupportedSQLError(
@@ -725,7 +794,8 @@ def _aggregate(node: exp.Expr, qualifiers: set[str], privacy_unit: str | None) -
     raise UnsupportedSQLError(
         "SELECT",
         fragment,
-        f"each item must be a GROUP BY column or a supported aggregate ({SUPPORTED_AGGREGATES})",
+        f"each item must be a GROUP BY column or a supported aggregate ({SUPPORTED_AGGREGATES}); "
+        f"to group by an expression, name it and group by the name: SELECT {fragment} AS name ... GROUP BY name",
     )
 
 
@@ -733,7 +803,8 @@ def _has_mean(node: exp.Expr) -> bool:
     return any(isinstance(n, exp.Anonymous) and n.name.upper() == "MEAN" for n in node.walk())
 
 
-def _count(node: exp.Count, qualifiers: set[str], privacy_unit: str | None) -> tuple[Aggregate, str]:
+def _count(node: exp.Count, arguments: _Arguments, privacy_unit: str | None) -> tuple[Aggregate, str]:
+    qualifiers = arguments.scope.qualifiers
     fragment = _fragment(node)
     argument = node.this
     if node.expressions:
@@ -761,21 +832,16 @@ def _count(node: exp.Count, qualifiers: set[str], privacy_unit: str | None) -> t
                 "columns have unbounded sensitivity (one person can add many distinct values)",
             )
         return Aggregate("count_distinct"), "count_distinct"
-    column = _plain_column(argument, qualifiers)
-    if column is not None:
-        raise UnsupportedSQLError(
-            "SELECT",
-            fragment,
-            f"COUNT({column}) counts non-NULL values; use COUNT(*) with WHERE {column} IS NOT NULL",
-        )
-    raise UnsupportedSQLError("SELECT", fragment, "COUNT takes * (use WHERE to count only some rows)")
+    # COUNT(col): the rows where it is not NULL; COUNT(expression): a derived column's.
+    column = arguments.column(argument, node)
+    return Aggregate("count", column), f"count_{column}"
 
 
 def _numeric(
-    simple: tuple[AggregateKind, str, bool], argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]
+    simple: tuple[AggregateKind, str, bool], argument: exp.Expr | None, node: exp.Expr, arguments: _Arguments
 ) -> tuple[Aggregate, str]:
     kind, prefix, sample = simple
-    column = _argument_column(argument, node, qualifiers)
+    column = arguments.column(argument, node)
     return Aggregate(kind, column, sample=sample), f"{prefix}_{column}"
 
 
@@ -785,26 +851,37 @@ def _function_name(node: exp.Expr) -> str:
     return node.sql_name() if isinstance(node, exp.Func) else node.key.upper()
 
 
-def _argument_column(argument: exp.Expr | None, node: exp.Expr, qualifiers: set[str]) -> str:
-    name = _function_name(node)
-    if argument is None:
-        raise UnsupportedSQLError("SELECT", _fragment(node), f"{name} needs a column")
-    argument = argument.unnest()
-    if isinstance(argument, exp.Distinct):
-        raise UnsupportedSQLError(
-            f"DISTINCT in {name}",
-            _fragment(node),
-            "DISTINCT inside an aggregate is not supported (one person could add many distinct values)",
-        )
-    column = _plain_column(argument, qualifiers)
-    if column is None:
-        raise UnsupportedSQLError(
+@dataclass(frozen=True)
+class _Arguments:
+    """Reads an aggregate's argument as a column: a plain column, or an expression made a derived
+    column named as the SELECT item (``alias``)."""
+
+    scope: _Scope
+    alias: str | None
+
+    def column(self, argument: exp.Expr | None, node: exp.Expr) -> str:
+        name = _function_name(node)
+        if argument is None:
+            raise UnsupportedSQLError("SELECT", _fragment(node), f"{name} needs a column")
+        argument = argument.unnest()
+        if isinstance(argument, exp.Distinct):
+            raise UnsupportedSQLError(
+                f"DISTINCT in {name}",
+                _fragment(node),
+                "DISTINCT inside an aggregate is not supported (one person could add many distinct values)",
+            )
+        column = _plain_column(argument, self.scope.qualifiers)
+        if column is not None:
+            return column
+        if argument.find(exp.AggFunc) is not None or _has_mean(argument):
+            raise UnsupportedSQLError("SELECT", _fragment(node), "aggregates cannot be nested")
+        return self.scope.derive(
+            self.alias,
+            argument,
             "SELECT",
-            _fragment(node),
-            f"the argument of {name} must be a plain column, not an expression "
-            "(clamping bounds are declared per column)",
+            f"{_fragment(node)} AS name (an aggregate of an expression reads a derived column of that name, "
+            "and its clamping bounds are given under that name)",
         )
-    return column
 
 
 def _levels(argument: exp.Expr | None, node: exp.Expr) -> tuple[float, ...]:
@@ -841,7 +918,7 @@ def _number(node: exp.Expr) -> float | None:
     return None
 
 
-def _within_group(node: exp.WithinGroup, qualifiers: set[str]) -> tuple[Aggregate, str]:
+def _within_group(node: exp.WithinGroup, arguments: _Arguments) -> tuple[Aggregate, str]:
     fragment = _fragment(node)
     function, order = node.this, node.expression
     if not isinstance(function, exp.PercentileCont | exp.PercentileDisc):
@@ -857,6 +934,6 @@ def _within_group(node: exp.WithinGroup, qualifiers: set[str]) -> tuple[Aggregat
         raise UnsupportedSQLError(
             "WITHIN GROUP", fragment, "ORDER BY ... DESC is not supported; order ascending and use level 1 - q"
         )
-    column = _argument_column(ordered[0].this, function, qualifiers)
+    column = arguments.column(ordered[0].this, function)
     levels = _levels(function.this, function)
     return Aggregate("quantiles", column, levels=levels), f"quantile_{column}"

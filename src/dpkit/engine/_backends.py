@@ -35,6 +35,7 @@ from dpkit.engine._aggregation import (
     AggregationPlan,
     AggregationResult,
     conditions_sql,
+    decimal_scale,
     derived_sql,
     key_table_columns,
     private_keys_sql,
@@ -86,6 +87,19 @@ def _spark_type_name(kind: str) -> str:
     if base == "DECIMAL":
         return kind.lower().replace(" ", "")
     return DERIVED_TYPES.get(base, kind.lower())
+
+
+def _duckdb_decimal(value: Any, scale: int) -> Any:
+    """A DECIMAL value of scale ``scale`` as DuckDB hands it to Python: its unscaled integer scaled
+    by 10^-scale (``Decimal('2E-10')``, where Spark gives ``Decimal('2.00E-10')``: equal, but
+    written otherwise); other values (NULL) unchanged."""
+    import decimal
+
+    if not isinstance(value, decimal.Decimal) or not value.is_finite():
+        return value
+    with decimal.localcontext() as context:
+        context.prec = 80  # (38 digits and a scale of up to 38 fit exactly)
+        return decimal.Decimal(int(value.scaleb(scale))).scaleb(-scale)
 
 
 def _duckdb_column(column: str, text: str) -> ColumnInfo:
@@ -841,8 +855,15 @@ class DuckDBBackend:
 
 
 #: Spark settings while dpkit's queries run (the caller's are restored after): ANSI mode off (see
-#: ``render_sql``), and dates and times with a zone read in UTC, as DuckDB's TimeZone is set.
-_SPARK_SETTINGS = {"spark.sql.ansi.enabled": "false", "spark.sql.session.timeZone": "UTC"}
+#: ``render_sql``), dates and times with a zone read in UTC, as DuckDB's TimeZone is set, and
+#: DECIMAL arithmetic without rounding.
+_SPARK_SETTINGS = {
+    "spark.sql.ansi.enabled": "false",
+    "spark.sql.session.timeZone": "UTC",
+    # DECIMAL arithmetic past 38 digits keeps its scale (and gives NULL where the value does not fit),
+    # as DuckDB's does: Spark would otherwise round DECIMAL(38, 20) products to 6 decimal places.
+    "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+}
 
 
 class SparkBackend:
@@ -980,9 +1001,20 @@ class SparkBackend:
             steps, final = self._steps(plan, render_sql(plan, key_table, rank_by_window=True))
             with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
                 rows = self._run_steps(steps, final, execute=True)
-        # Group keys come back as Spark gives them (a DECIMAL key stays a Decimal, as from DuckDB);
-        # _collect turns the aggregates (DECIMAL(38, 0) sums) into integers.
-        return _collect([tuple(row) for row in rows], plan)
+        # Group keys come back as Spark gives them (a DECIMAL key stays a Decimal, as from DuckDB, and is
+        # written as DuckDB writes it: see _duckdb_decimal); _collect turns the aggregates (DECIMAL(38, 0)
+        # sums) into integers.
+        result = [tuple(row) for row in rows]
+        if not plan.indexed_keys:
+            types = self._column_types(plan)
+            scales = {i: decimal_scale(types.get(f"__g{i}", "")) for i in range(len(plan.groups))}
+            scales = {i: scale for i, scale in scales.items() if scale is not None}
+            if scales:
+                result = [
+                    tuple(_duckdb_decimal(v, scales[i]) if i in scales else v for i, v in enumerate(row))
+                    for row in result
+                ]
+        return _collect(result, plan)
 
     @contextlib.contextmanager
     def _key_table(self, plan: AggregationPlan) -> Iterator[str | None]:

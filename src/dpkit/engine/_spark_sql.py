@@ -255,6 +255,114 @@ def _with_value(template: Any, value: Any) -> Any:
     return tree
 
 
+#: DuckDB's ROUND(x, d) of a DOUBLE: v = x * 10^d in double precision, rounded half away from zero,
+#: except that a tie in double precision (v = n + 0.5) goes the way of the exact product x * 10^d,
+#: whose error against v is computed exactly (Dekker's product: x and 10^d split into 26-bit halves);
+#: x itself where v overflows. Spark's ROUND of a DOUBLE rounds its shortest text instead.
+_DOUBLE_ROUND = """
+CASE
+  WHEN isnan(__dpkit_x * {m}) OR abs(__dpkit_x * {m}) = CAST('Infinity' AS DOUBLE) THEN __dpkit_x
+  WHEN __dpkit_x * {m} - FLOOR(__dpkit_x * {m}) = CAST('0.5' AS DOUBLE) THEN (CASE
+    WHEN {error} < 0 THEN FLOOR(__dpkit_x * {m})
+    WHEN {error} > 0 OR __dpkit_x * {m} > 0 THEN FLOOR(__dpkit_x * {m}) + 1
+    ELSE FLOOR(__dpkit_x * {m}) END) / {m}
+  ELSE ROUND(__dpkit_x * {m}) / {m}
+END
+"""
+
+
+@functools.lru_cache(maxsize=16)
+def _double_round_template(digits: int) -> Any:
+    """The Spark tree of DuckDB's ROUND(__dpkit_x, ``digits``) of a DOUBLE (see ``_DOUBLE_ROUND``)."""
+    import sqlglot
+
+    def double(value: float) -> str:
+        return f"CAST('{value!r}' AS DOUBLE)"
+
+    modifier = 10.0**digits  # (C's pow, as DuckDB's std::pow)
+    split = 134217729.0 * modifier
+    high = split - (split - modifier)
+    low = modifier - high
+    x_split = "(CAST('134217729' AS DOUBLE) * __dpkit_x)"
+    x_high = f"({x_split} - ({x_split} - __dpkit_x))"
+    x_low = f"(__dpkit_x - {x_high})"
+    error = (
+        f"((({x_high} * {double(high)} - __dpkit_x * {double(modifier)}) + {x_high} * {double(low)} "
+        f"+ {x_low} * {double(high)}) + {x_low} * {double(low)})"
+    )
+    return sqlglot.parse_one(_DOUBLE_ROUND.format(m=double(modifier), error=error), read="spark")
+
+
+def _double_round(node: Any) -> Any:
+    """DuckDB's ROUND(x, d) of a DOUBLE, for Spark (``_DOUBLE_ROUND``): ROUND(1.115, 2) is 1.11 in
+    DuckDB (the exact product is below 111.5), 1.12 in Spark."""
+    from sqlglot import exp
+
+    digits = node.args["decimals"]
+    negative = isinstance(digits, exp.Neg)
+    count = int(float((digits.this if negative else digits).this))
+    template = _double_round_template(-count if negative else count)
+    return _bound(
+        [exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))], lambda value: _with_value(template, value)
+    )
+
+
+#: The most digits of a DECIMAL a DOUBLE is cast to on Spark: below 2^53 the scaled value is an exact integer.
+_REAL_DECIMAL_DIGITS = 15
+
+
+def _real_to_decimal(node: Any, source: str) -> Any:
+    """DuckDB's CAST(x AS DECIMAL(p, s)) of a DOUBLE, for Spark: x * 10^s in double precision, rounded
+    half away from zero (Spark reads the double's shortest text instead: 1.005 to DECIMAL(10, 2) is
+    1.00 in DuckDB, 1.01 in Spark), NULL where it does not fit (DuckDB fails the cast: see
+    ``failing_operands``). Refused for a FLOAT, and above 15 digits, where the scaled value is not
+    an exact integer in double precision and Spark cannot write it out."""
+    from sqlglot import exp
+
+    parameters = [int(p.this.this) for p in node.to.expressions if isinstance(p.this, exp.Literal)]
+    # (DuckDB's DECIMAL without a width is DECIMAL(18, 3); DECIMAL(p) has scale 0)
+    precision, scale = (parameters + [0])[:2] if parameters else (18, 3)
+    if source != "double" or precision > _REAL_DECIMAL_DIGITS:
+        raise InvalidParameterError(
+            "condition",
+            node.sql(dialect="duckdb"),
+            "cannot run on the Spark backend as on DuckDB: a "
+            + (
+                "FLOAT"
+                if source != "double"
+                else f"DOUBLE cast to a DECIMAL of more than {_REAL_DECIMAL_DIGITS} digits"
+            )
+            + " is rounded differently by the two engines; cast a DOUBLE to DECIMAL(15, s) or less, or use the "
+            "DuckDB backend",
+        )
+    to = exp.DataType.build(f"DECIMAL({precision}, {scale})")
+
+    def body(value: Any) -> Any:
+        scaled = exp.Round(
+            this=exp.Mul(
+                this=value.copy(),
+                expression=exp.Cast(this=exp.Literal.string(f"1e{scale}"), to=exp.DataType.build("DOUBLE")),
+            )
+        )
+        unit = exp.Cast(this=exp.Literal.string(f"1e-{scale}"), to=exp.DataType.build(f"DECIMAL({scale + 1}, {scale})"))
+        whole = exp.Cast(
+            this=exp.Cast(this=scaled.copy(), to=exp.DataType.build("BIGINT")),
+            to=exp.DataType.build(f"DECIMAL({precision}, 0)"),
+        )
+        outside = exp.or_(
+            exp.Anonymous(this="isnan", expressions=[value.copy()]),
+            exp.GTE(
+                this=exp.Abs(this=scaled),
+                expression=exp.Cast(this=exp.Literal.string(f"1e{precision}"), to=exp.DataType.build("DOUBLE")),
+            ),
+        )
+        return exp.paren(
+            exp.Case().when(outside, exp.Null()).else_(exp.Cast(this=exp.Mul(this=whole, expression=unit), to=to))
+        )
+
+    return _bound([exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))], body)
+
+
 def _value_type(node: Any, types: Mapping[str, str]) -> str | None:
     """The Spark type name of ``node`` when it is plain to see (a column, a cast), else None."""
     from sqlglot import exp
@@ -294,7 +402,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
       1_000, no ' true ', no Unicode digits), text compared with another type is cast as DuckDB's
       binder casts it, and what Spark cannot read alike (dates and times from text, TIME,
       TIMESTAMP WITH TIME ZONE) is refused (``_coerced``);
-    - a DOUBLE, BLOB or duration (INTERVAL) cast to text is written as DuckDB writes it: the private
+    - a DOUBLE, BLOB or duration (INTERVAL) cast to text (also by ``||`` and CONCAT) is written as
+      DuckDB writes it: the private
       group keys are ranked by a hash of that text, so both engines must keep the same groups of a
       person (FLOAT and zoned timestamp keys are refused instead: ``check_spark_keys``).
     """
@@ -379,6 +488,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             return _real_division(node, duck_kind)
         if duck_kind in ("DOUBLE", "FLOAT") and isinstance(node, exp.Mod):
             return _real_modulo(node)
+        if duck_kind == "DOUBLE" and isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+            return _double_round(node)
         if type(node) in _comparisons() and not isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
             for side, other in ((node.this, node.expression), (node.expression, node.this)):
                 number = _int_literal(side)
@@ -404,11 +515,10 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             )
             return exp.paren(exp.Case().when(kept, value.copy()).else_(type(node)(this=value)))
         if isinstance(node, exp.Sign):
-            # DuckDB's sign of NaN is 0; Spark's NaN.
+            # DuckDB's sign of NaN is 0; Spark's NaN. DuckDB's sign is a TINYINT; Spark's a DOUBLE.
             value = node.this
-            return exp.paren(
-                exp.Case().when(call("isnan", value.copy()), exp.Literal.number(0)).else_(exp.Sign(this=value))
-            )
+            signed = exp.Case().when(call("isnan", value.copy()), exp.Literal.number(0)).else_(exp.Sign(this=value))
+            return exp.Cast(this=exp.paren(signed), to=exp.DataType.build("TINYINT"))
         if isinstance(node, exp.Left | exp.Right):
             # DuckDB: LEFT(s, -n) is s without its last n characters, RIGHT(s, -n) without its first n;
             # Spark gives ''.
@@ -473,6 +583,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             template = "interval" if source.startswith("interval day") else source
             if template in ("float", "binary", "interval"):
                 return _with_value(_text_template(template), node.this)
+        if target == exp.DataType.Type.DECIMAL and source in ("double", "float"):
+            return _real_to_decimal(node, source)
         textual = source is not None and (source == "string" or source.startswith(("varchar", "char")))
         if textual and target.name in ("DOUBLE", "FLOAT", "DECIMAL", "BOOLEAN"):
             # Text read as DuckDB reads it (Spark also takes '1.5d', '0x1p3', ' true ', Unicode digits...).
@@ -538,6 +650,15 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             return None
         return [node.this] if node.args.get("expression") is None else [node.this, node.expression]
 
+    # DuckDB's || and CONCAT cast a number to text as DuckDB writes it ('inf', '1e+20'); Spark's as
+    # Java does ('Infinity', '1.0E20'). The casts are made explicit, for the rewrite of casts to text below.
+    for joined in list(tree.find_all(exp.DPipe, exp.Concat)):
+        if joined.find_ancestor(exp.Try) is None:
+            continue
+        operands = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
+        for operand in operands:
+            if _duck_kind(operand, types) not in (None, "VARCHAR"):
+                operand.replace(exp.Cast(this=operand.copy(), to=exp.DataType.build("VARCHAR")))
     # The filters as DuckDB's optimizer runs them, and DuckDB's types of their arithmetic (read before
     # any node is rewritten).
     filters = {}  # id(TRY node) -> the filter's text (for a refusal)

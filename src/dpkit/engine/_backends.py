@@ -1007,8 +1007,8 @@ class SparkBackend:
         result = [tuple(row) for row in rows]
         if not plan.indexed_keys:
             types = self._column_types(plan)
-            scales = {i: decimal_scale(types.get(f"__g{i}", "")) for i in range(len(plan.groups))}
-            scales = {i: scale for i, scale in scales.items() if scale is not None}
+            found = {i: decimal_scale(types.get(f"__g{i}", "")) for i in range(len(plan.groups))}
+            scales = {i: scale for i, scale in found.items() if scale is not None}
             if scales:
                 result = [
                     tuple(_duckdb_decimal(v, scales[i]) if i in scales else v for i, v in enumerate(row))

@@ -517,8 +517,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         if isinstance(node, exp.Sign):
             # DuckDB's sign of NaN is 0; Spark's NaN. DuckDB's sign is a TINYINT; Spark's a DOUBLE.
             value = node.this
-            signed = exp.Case().when(call("isnan", value.copy()), exp.Literal.number(0)).else_(exp.Sign(this=value))
-            return exp.Cast(this=exp.paren(signed), to=exp.DataType.build("TINYINT"))
+            sign = exp.Case().when(call("isnan", value.copy()), exp.Literal.number(0)).else_(exp.Sign(this=value))
+            return exp.Cast(this=exp.paren(sign), to=exp.DataType.build("TINYINT"))
         if isinstance(node, exp.Left | exp.Right):
             # DuckDB: LEFT(s, -n) is s without its last n characters, RIGHT(s, -n) without its first n;
             # Spark gives ''.
@@ -655,10 +655,10 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
     for joined in list(tree.find_all(exp.DPipe, exp.Concat)):
         if joined.find_ancestor(exp.Try) is None:
             continue
-        operands = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
-        for operand in operands:
-            if _duck_kind(operand, types) not in (None, "VARCHAR"):
-                operand.replace(exp.Cast(this=operand.copy(), to=exp.DataType.build("VARCHAR")))
+        parts = [joined.this, joined.expression] if isinstance(joined, exp.DPipe) else list(joined.expressions)
+        for part in parts:
+            if _duck_kind(part, types) not in (None, "VARCHAR"):
+                part.replace(exp.Cast(this=part.copy(), to=exp.DataType.build("VARCHAR")))
     # The filters as DuckDB's optimizer runs them, and DuckDB's types of their arithmetic (read before
     # any node is rewritten).
     filters = {}  # id(TRY node) -> the filter's text (for a refusal)

@@ -4,11 +4,11 @@ A derived column's values reach the release directly (a group key is its text or
 semantic difference between the engines shows, not only those a filter's TRUE / FALSE hides. Each
 expression here groups a table of values at the edges of their types by a derived column (row-level
 privacy, private keys: the released keys are the distinct values) on both engines, and the keys and
-counts must be equal, NaN to NaN. Four cases failed before their fix in ``spark_semantics`` or the
-Spark settings: a DOUBLE in ``||`` or CONCAT (Spark wrote 'Infinity', '1.0E20'), SIGN (a DOUBLE on
-Spark), DECIMAL products past 38 digits (Spark rounded them to 6 places), ROUND(x, d) and CAST(x AS
+counts must be equal, NaN to NaN. These failed before their fix in ``spark_semantics`` or the Spark
+settings: a DOUBLE in ``||`` or CONCAT (Spark wrote 'Infinity', '1.0E20'), SIGN (a DOUBLE on Spark),
+DECIMAL products past 38 digits (Spark rounded them to 6 places), ROUND(x, d) and CAST(x AS
 DECIMAL(p, s)) of a DOUBLE (Spark rounded the double's shortest text: ROUND(1.115, 2) gave 1.12,
-DuckDB 1.11).
+DuckDB 1.11), and the cases at the end of ``EXPRESSIONS``, found by random expressions.
 """
 
 from __future__ import annotations
@@ -85,6 +85,17 @@ EXPRESSIONS = [
     # dates, booleans and conditionals
     "YEAR(day)", "day", "i32 > 5", "CASE WHEN f > 0 THEN 'pos' WHEN f < 0 THEN 'neg' ELSE 'zero' END",
     "COALESCE(i32, -1)", "GREATEST(i32, i8)",
+    # found by random expressions, each fixed: SUBSTRING's positions (0, negative, past the text,
+    # beyond 2^32), LEFT and RIGHT past Spark's INT, POW's C special cases, the sign of a zero
+    # (ROUND, FLOOR, CEIL, x / -0.0), a failing DECIMAL product inside CONCAT, casts to HUGEINT and
+    # FLOAT, FLOOR of an integer, and casts of dates to numbers (which DuckDB cannot make)
+    "substring(s, 0, 2)", "substring(s, -2)", "substring(s, 2, -1)", "substring(s, i8, 3)",
+    "substring(s, 1, i8)", "substring(s, i64)", "substring(s, i64, 4294967296)", "left(s, i64)", "right(s, i64)",
+    "left(s, i32)", "right(s, i32)", "pow(-1, f)", "pow(CAST(b AS SMALLINT), f)", "pow(f, f)",
+    "CAST(ROUND(f) AS VARCHAR)", "CAST(ROUND(f, 2) AS VARCHAR)", "CAST(CEIL(f - 0.5) AS VARCHAR)", "1 / f",
+    "1 / ROUND(LEAST(i32, f), 2)", "CEIL(d)", "CAST(FLOOR(i32 - 1) AS VARCHAR)",
+    "CONCAT('a', LEAST(i32, POW(d * d, 2)))", "CAST(CAST(f AS HUGEINT) AS VARCHAR)", "CAST(f AS FLOAT)",
+    "CAST(date_trunc('month', day) AS BIGINT)",
 ]  # fmt: skip
 
 

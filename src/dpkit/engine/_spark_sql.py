@@ -258,15 +258,17 @@ def _with_value(template: Any, value: Any) -> Any:
 #: DuckDB's ROUND(x, d) of a DOUBLE: v = x * 10^d in double precision, rounded half away from zero,
 #: except that a tie in double precision (v = n + 0.5) goes the way of the exact product x * 10^d,
 #: whose error against v is computed exactly (Dekker's product: x and 10^d split into 26-bit halves);
-#: x itself where v overflows. Spark's ROUND of a DOUBLE rounds its shortest text instead.
+#: a zero keeps v's sign (ROUND(-0.3) is -0.0); x itself where v overflows. Spark's ROUND of a DOUBLE
+#: rounds its shortest text instead, and loses the sign of a zero.
 _DOUBLE_ROUND = """
 CASE
   WHEN isnan(__dpkit_x * {m}) OR abs(__dpkit_x * {m}) = CAST('Infinity' AS DOUBLE) THEN __dpkit_x
-  WHEN __dpkit_x * {m} - FLOOR(__dpkit_x * {m}) = CAST('0.5' AS DOUBLE) THEN (CASE
+  ELSE element_at(transform(array(CAST(CASE
+    WHEN __dpkit_x * {m} - FLOOR(__dpkit_x * {m}) <> CAST('0.5' AS DOUBLE) THEN ROUND(__dpkit_x * {m})
     WHEN {error} < 0 THEN FLOOR(__dpkit_x * {m})
     WHEN {error} > 0 OR __dpkit_x * {m} > 0 THEN FLOOR(__dpkit_x * {m}) + 1
-    ELSE FLOOR(__dpkit_x * {m}) END) / {m}
-  ELSE ROUND(__dpkit_x * {m}) / {m}
+    ELSE FLOOR(__dpkit_x * {m}) END AS DOUBLE)),
+    __dpkit_r -> CASE WHEN __dpkit_r = 0 THEN __dpkit_x * {m} * CAST('0' AS DOUBLE) ELSE __dpkit_r END / {m}), 1)
 END
 """
 
@@ -293,18 +295,122 @@ def _double_round_template(digits: int) -> Any:
     return sqlglot.parse_one(_DOUBLE_ROUND.format(m=double(modifier), error=error), read="spark")
 
 
+def _pow(node: Any) -> Any:
+    """DuckDB's POW (C's pow) for Spark (Java's Math.pow): pow(1, y) is 1 for every y, NaN too, and
+    pow(-1, +-inf) is 1, where Java gives NaN."""
+    from sqlglot import exp
+
+    def double(text: str) -> Any:
+        return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
+
+    def body(base: Any, exponent: Any) -> Any:
+        one = exp.and_(
+            exp.Not(this=exp.Is(this=exponent.copy(), expression=exp.Null())),
+            exp.or_(
+                exp.EQ(this=base.copy(), expression=double("1")),
+                exp.and_(
+                    exp.EQ(this=base.copy(), expression=double("-1")),
+                    exp.EQ(this=exp.Abs(this=exponent.copy()), expression=double("Infinity")),
+                ),
+            ),
+        )
+        return exp.paren(exp.Case().when(one, double("1")).else_(exp.Pow(this=base.copy(), expression=exponent.copy())))
+
+    cast = [exp.Cast(this=part, to=exp.DataType.build("DOUBLE")) for part in (node.this, node.expression)]
+    return _bound(cast, body)
+
+
+#: DuckDB's SUBSTRING(s, offset, length) (codepoints), for Spark: the characters in [base, base + length)
+#: (or [base + length, base) for a negative length) that lie in the text, with base = offset - 1 for
+#: offset > 0, n + offset for offset < 0 (n the text's length) and -1 for offset 0; no length is
+#: 2^32 - 1. An offset or a length outside [-2^32, 2^32 - 1] fails (NULL here: see failing_operands).
+#: Spark's own substring reads offset 0 as 1 and gives '' for a negative length.
+_SUBSTRING = """
+CASE
+  WHEN __dpkit_s IS NULL OR __dpkit_o IS NULL OR __dpkit_l IS NULL THEN NULL
+  WHEN __dpkit_o < -4294967296 OR __dpkit_o > 4294967295 OR __dpkit_l < -4294967296 OR __dpkit_l > 4294967295
+    THEN NULL
+  ELSE element_at(transform(array(
+    CASE WHEN __dpkit_o > 0 THEN __dpkit_o - 1 WHEN __dpkit_o < 0 THEN char_length(__dpkit_s) + __dpkit_o ELSE -1 END),
+    __dpkit_b -> CASE
+      WHEN GREATEST(CASE WHEN __dpkit_l > 0 THEN __dpkit_b ELSE __dpkit_b + __dpkit_l END, 0)
+        >= LEAST(CASE WHEN __dpkit_l > 0 THEN __dpkit_b + __dpkit_l ELSE __dpkit_b END, char_length(__dpkit_s))
+        THEN ''
+      ELSE substring(__dpkit_s,
+        CAST(GREATEST(CASE WHEN __dpkit_l > 0 THEN __dpkit_b ELSE __dpkit_b + __dpkit_l END, 0) + 1 AS INT),
+        CAST(LEAST(CASE WHEN __dpkit_l > 0 THEN __dpkit_b + __dpkit_l ELSE __dpkit_b END, char_length(__dpkit_s))
+          - GREATEST(CASE WHEN __dpkit_l > 0 THEN __dpkit_b ELSE __dpkit_b + __dpkit_l END, 0) AS INT))
+    END), 1)
+END
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def _substring_template() -> Any:
+    import sqlglot
+
+    return sqlglot.parse_one(_SUBSTRING, read="spark")
+
+
+def _substring(node: Any, integer_positions: bool) -> Any:
+    """DuckDB's SUBSTRING for Spark (``_SUBSTRING``); positions must be integers (DuckDB would round
+    a DOUBLE or a DECIMAL to one), else the expression is refused on Spark."""
+    from sqlglot import exp
+
+    start, length = node.args.get("start"), node.args.get("length")
+    if not integer_positions:
+        raise InvalidParameterError(
+            "condition",
+            node.sql(dialect="duckdb"),
+            "cannot run on the Spark backend as on DuckDB: give SUBSTRING integer positions (CAST them AS BIGINT)",
+        )
+    if start is None:
+        return node
+    length = length if length is not None else exp.Literal.number(4294967295)
+
+    def body(text: Any, offset: Any, count: Any) -> Any:
+        tree = _substring_template().copy()
+        for column in list(tree.find_all(exp.Column)):
+            if not column.table and column.name in ("__dpkit_s", "__dpkit_o", "__dpkit_l"):
+                column.replace({"__dpkit_s": text, "__dpkit_o": offset, "__dpkit_l": count}[column.name].copy())
+        return exp.paren(tree)
+
+    bigint = exp.DataType.build("BIGINT")
+    return _bound([node.this, exp.Cast(this=start, to=bigint), exp.Cast(this=length, to=bigint)], body)
+
+
 def _double_round(node: Any) -> Any:
     """DuckDB's ROUND(x, d) of a DOUBLE, for Spark (``_DOUBLE_ROUND``): ROUND(1.115, 2) is 1.11 in
     DuckDB (the exact product is below 111.5), 1.12 in Spark."""
     from sqlglot import exp
 
-    digits = node.args["decimals"]
+    digits = node.args.get("decimals")  # (none: 0, and then v = x exactly)
     negative = isinstance(digits, exp.Neg)
-    count = int(float((digits.this if negative else digits).this))
+    count = 0 if digits is None else int(float((digits.this if negative else digits).this))
     template = _double_round_template(-count if negative else count)
     return _bound(
         [exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))], lambda value: _with_value(template, value)
     )
+
+
+@functools.lru_cache(maxsize=1)
+def _number_types() -> frozenset[Any]:
+    """sqlglot's types of numbers (DuckDB cannot cast a date or time to one of them)."""
+    from sqlglot import exp
+
+    names: tuple[str, ...] = (
+        "TINYINT",
+        "SMALLINT",
+        "INT",
+        "BIGINT",
+        "FLOAT",
+        "DOUBLE",
+        "DECIMAL",
+        "INT128",
+        "UTINYINT",
+    )
+    names += ("USMALLINT", "UINT", "UBIGINT", "UINT128", "BIGDECIMAL")
+    return frozenset(getattr(exp.DataType.Type, name) for name in names if hasattr(exp.DataType.Type, name))
 
 
 #: The most digits of a DECIMAL a DOUBLE is cast to on Spark: below 2^53 the scaled value is an exact integer.
@@ -415,6 +521,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
     def literal(value: str) -> Any:
         return exp.Cast(this=exp.Literal.string(value), to=exp.DataType.build("DOUBLE"))
 
+    double_text = literal
+
     def call(name: str, *arguments: Any) -> Any:
         return exp.Anonymous(this=name, expressions=list(arguments))
 
@@ -488,7 +596,7 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             return _real_division(node, duck_kind)
         if duck_kind in ("DOUBLE", "FLOAT") and isinstance(node, exp.Mod):
             return _real_modulo(node)
-        if duck_kind == "DOUBLE" and isinstance(node, exp.Round) and node.args.get("decimals") is not None:
+        if duck_kind == "DOUBLE" and isinstance(node, exp.Round):
             return _double_round(node)
         if type(node) in _comparisons() and not isinstance(node, exp.NullSafeEQ | exp.NullSafeNEQ):
             for side, other in ((node.this, node.expression), (node.expression, node.this)):
@@ -505,6 +613,10 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             return exp.Sum(this=exp.Cast(this=summed.this, to=node.to.copy()))
         if isinstance(node, exp.Ln | exp.Log):
             return logarithm(node)
+        if isinstance(node, exp.Pow):
+            return _pow(node)
+        if isinstance(node, exp.Substring) and id(node) in substrings:
+            return _substring(node, substrings[id(node)])
         if isinstance(node, exp.Floor | exp.Ceil) and node.args.get("decimals") is None:
             # Spark's FLOOR and CEIL of a DOUBLE are BIGINTs (NaN -> 0, inf and 1e20 -> 2^63 - 1);
             # DuckDB's stay DOUBLE. NaN, infinities and values beyond 2^63 are their own floor.
@@ -513,7 +625,18 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                 call("isnan", value.copy()),
                 exp.GTE(this=exp.Abs(this=value.copy()), expression=exp.Literal.number("9.2E18")),
             )
-            return exp.paren(exp.Case().when(kept, value.copy()).else_(type(node)(this=value)))
+            if node.find_ancestor(exp.Try) is None:  # (the engine's own bins: finite values)
+                return exp.paren(exp.Case().when(kept, value.copy()).else_(type(node)(this=value)))
+            if id(node) not in real_floors:
+                return node  # (a DECIMAL: no NaN, no infinity, no sign on its zero)
+            # A zero keeps the sign of the value (CEIL(-0.5) is -0.0, as in C); of an integer, DuckDB's
+            # FLOOR and CEIL are DOUBLEs too, where Spark's stay integers.
+            rounded = type(node)(this=value.copy())
+            zero_kept = exp.Case().when(
+                exp.EQ(this=rounded.copy(), expression=exp.Literal.number(0)),
+                exp.Mul(this=double(value.copy()), expression=exp.Literal.number(0)),
+            )
+            return double(exp.paren(exp.Case().when(kept, value.copy()).else_(exp.paren(zero_kept.else_(rounded)))))
         if isinstance(node, exp.Sign):
             # DuckDB's sign of NaN is 0; Spark's NaN. DuckDB's sign is a TINYINT; Spark's a DOUBLE.
             value = node.this
@@ -521,8 +644,19 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             return exp.Cast(this=exp.paren(sign), to=exp.DataType.build("TINYINT"))
         if isinstance(node, exp.Left | exp.Right):
             # DuckDB: LEFT(s, -n) is s without its last n characters, RIGHT(s, -n) without its first n;
-            # Spark gives ''.
-            text, count = node.this, node.expression
+            # Spark gives ''. The count is clamped to Spark's INT positions (no text is longer), and a
+            # LEFT past 2^32 - 1 characters fails in DuckDB (NULL here: see failing_operands).
+            given, text = node.expression, node.this
+            lowest, highest = (
+                exp.Literal.number(-2147483646),
+                exp.Literal.number(2147483647),
+            )  # (1 - lowest fits an INT)
+            count = exp.paren(  # (a CASE keeps NULL NULL: Spark's GREATEST and LEAST skip it)
+                exp.Case()
+                .when(exp.LT(this=given.copy(), expression=lowest.copy()), lowest.copy())
+                .when(exp.GT(this=given.copy(), expression=highest.copy()), highest.copy())
+                .else_(given.copy())
+            )
             negative = exp.LT(this=count.copy(), expression=exp.Literal.number(0))
             if isinstance(node, exp.Left):
                 length = exp.Greatest(
@@ -534,22 +668,27 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                 trimmed = exp.Substring(
                     this=text.copy(), start=exp.Sub(this=exp.Literal.number(1), expression=count.copy())
                 )
-            return exp.paren(exp.Case().when(negative, trimmed).else_(type(node)(this=text, expression=count)))
+            kept = exp.Case().when(negative, trimmed).else_(type(node)(this=text.copy(), expression=count))
+            if isinstance(node, exp.Left):
+                beyond = exp.GT(this=node.expression.copy(), expression=exp.Literal.number(4294967295))
+                kept = exp.Case().when(beyond, exp.Null()).else_(exp.paren(kept))
+            return exp.paren(kept)
         if isinstance(node, exp.Div):
             left, right = double(node.this), double(node.expression)
             quotient = exp.Div(this=left, expression=right)
             if node.find_ancestor(exp.Try) is None:
                 return quotient
-            # x / 0: NaN for x 0 or NaN, else an infinity with the sign of x times the zero's sign
-            # (atan2(-0.0, -1) < 0 < atan2(0.0, -1)).
+            # x / 0: NaN for x 0 or NaN, else an infinity with the sign of x times the zero's sign, read
+            # from its text ('-0.0'; Spark's atan2 adds 0.0 to its arguments, which drops that sign).
+            positive_zero = exp.Not(
+                this=exp.Anonymous(
+                    this="startswith",
+                    expressions=[exp.Cast(this=right.copy(), to=exp.DataType.build("STRING")), exp.Literal.string("-")],
+                )
+            )
             signed = exp.EQ(
                 this=exp.paren(exp.GT(this=left.copy(), expression=exp.Literal.number(0))),
-                expression=exp.paren(
-                    exp.GT(
-                        this=exp.Anonymous(this="atan2", expressions=[right.copy(), exp.Literal.number(-1)]),
-                        expression=exp.Literal.number(0),
-                    )
-                ),
+                expression=exp.paren(positive_zero),
             )
             ieee = (
                 exp.Case()
@@ -569,8 +708,30 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         if not isinstance(node, exp.Cast) or _int_constant(node) is not None:
             return node  # (an integer constant of the type needs nothing)
         target = node.to.this
+        if id(node) in unsupported_casts:
+            # DuckDB has no cast from a date or time to a number: it fails on every row (the filter or
+            # derived value is NULL); Spark would give seconds since 1970.
+            return exp.Cast(this=exp.Null(), to=node.to.copy())
         # (an operand rewritten above, e.g. checked arithmetic, has DuckDB's type, found before)
         source = _value_type(node.this, types) or cast_sources.get(id(node))
+        if target == exp.DataType.Type.FLOAT and source == "double":
+            # DuckDB fails to cast a finite DOUBLE beyond the FLOAT range (NULL: see failing_operands);
+            # Spark gives an infinity.
+            return _bound(
+                [node.this],
+                lambda value: exp.paren(
+                    exp.Case()
+                    .when(
+                        exp.and_(
+                            exp.Not(this=call("isnan", value.copy())),
+                            exp.GT(this=exp.Abs(this=value.copy()), expression=double_text("3.4028234663852886e38")),
+                            exp.NEQ(this=exp.Abs(this=value.copy()), expression=double_text("Infinity")),
+                        ),
+                        exp.Null(),
+                    )
+                    .else_(exp.Cast(this=value.copy(), to=node.to.copy()))
+                ),
+            )
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source == "double":
             return _with_value(_double_text_template(), node.this)
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source is not None:
@@ -594,7 +755,12 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         spark_to = exp.DataType.build(spark_name) if spark_name is not None else None
         if spark_to is not None:
             if bounds is None or source is None:
-                return type(node)(this=_text_integer(node.this) if textual else node.this, to=spark_to)
+                value = node.this
+                if textual:
+                    value = _text_integer(value)
+                elif source in ("double", "float"):
+                    value = exp.Anonymous(this="bround", expressions=[value])  # DuckDB: half to even
+                return type(node)(this=value, to=spark_to)
         else:
             bounds = _INTEGER_RANGES.get(str(node.to.sql(dialect="spark")).upper())
         if bounds is None or source is None:
@@ -643,9 +809,15 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             if node.to.this in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) or _int_constant(node) is not None:
                 return None  # never fails
             return [node.this]
+        if isinstance(node, exp.Left):  # past 2^32 - 1 characters
+            return [node.this, node.expression]
+        if isinstance(node, exp.Substring):  # positions beyond +-2^32 (see _substring)
+            return [part for part in (node.this, node.args.get("start"), node.args.get("length")) if part is not None]
         kind = arithmetic.get(id(node))
         if kind is None or not (
-            kind in _DUCK_INTEGERS or isinstance(node, exp.IntDiv) or (kind == "DECIMAL" and isinstance(node, exp.Mod))
+            kind in _DUCK_INTEGERS
+            or isinstance(node, exp.IntDiv)
+            or (kind == "DECIMAL" and isinstance(node, exp.Mod | exp.Add | exp.Sub | exp.Mul))
         ):
             return None
         return [node.this] if node.args.get("expression") is None else [node.this, node.expression]
@@ -672,18 +844,34 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             ) from None
     arithmetic: dict[int, str] = {}  # id(node) -> DuckDB's type, for the arithmetic in filters
     cast_sources: dict[int, str] = {}  # id(cast) -> Spark's name of its operand's DuckDB type
+    substrings: dict[int, bool] = {}  # id(SUBSTRING) -> whether its positions are integers
+    real_floors: set[int] = set()  # id(FLOOR or CEIL) whose DuckDB type is DOUBLE
+    unsupported_casts: set[int] = set()  # id(cast) DuckDB cannot make (a date or time to a number)
     for try_node in tree.find_all(exp.Try):
         for node in try_node.this.walk():
             if isinstance(node, exp.Cast):
                 source = _duck_kind(node.this, types)
                 if source in _SPARK_NAMES:
                     cast_sources[id(node)] = _SPARK_NAMES[source]
+                temporal = source in ("DATE", "TIMESTAMP", "TIMESTAMPTZ", "TIME") or isinstance(
+                    _unparen(node.this), exp.DateTrunc | exp.TimestampTrunc
+                )
+                if temporal and node.to.this in _number_types():
+                    unsupported_casts.add(id(node))
             elif isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.IntDiv | exp.Mod | exp.Neg | exp.Abs | exp.Round):
                 if _int_literal(node) is not None:
                     continue
                 kind = _duck_type(node, types)
                 if kind is not None:
                     arithmetic[id(node)] = kind
+            elif isinstance(node, exp.Floor | exp.Ceil) and _duck_type(node, types) == "DOUBLE":
+                real_floors.add(id(node))
+            elif isinstance(node, exp.Substring):
+                positions = [node.args.get("start"), node.args.get("length")]
+                substrings[id(node)] = all(
+                    p is None or _int_literal(p) is not None or _duck_type(p, types) in _DUCK_INTEGERS
+                    for p in positions
+                )
 
     # id(TRY node) -> (the node, [(guards, operands, the node's Spark form)] for the nodes that can fail)
     failures: dict[int, tuple[Any, list[tuple[list[Any], list[Any], Any]]]] = {}

@@ -95,7 +95,7 @@ EXPRESSIONS = [
     "CAST(ROUND(f) AS VARCHAR)", "CAST(ROUND(f, 2) AS VARCHAR)", "CAST(CEIL(f - 0.5) AS VARCHAR)", "1 / f",
     "1 / ROUND(LEAST(i32, f), 2)", "CEIL(d)", "CAST(FLOOR(i32 - 1) AS VARCHAR)",
     "CONCAT('a', LEAST(i32, POW(d * d, 2)))", "CAST(CAST(f AS HUGEINT) AS VARCHAR)", "CAST(f AS FLOAT)",
-    "CAST(date_trunc('month', day) AS BIGINT)",
+    "CAST(date_trunc('month', day) AS BIGINT)", "CAST(d * 0 AS VARCHAR)", "CONCAT('a', d * CEIL(i8 * 0.5))",
 ]  # fmt: skip
 
 

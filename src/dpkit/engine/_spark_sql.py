@@ -238,9 +238,15 @@ CASE WHEN instr(CAST(__dpkit_x AS STRING), 'E') = 0 THEN CAST(__dpkit_x AS STRIN
 
 
 @functools.lru_cache(maxsize=8)
-def _decimal_text_template(scale: int) -> Any:
+def _decimal_text_template(scale: int | None) -> Any:
+    """``_DECIMAL_TEXT`` for a scale, or for a DECIMAL whose scale is not known here (``None``: the
+    value of an expression): its exponent form holds all its scale's digits, so nothing is padded."""
     import sqlglot
 
+    if scale is None:
+        return sqlglot.parse_one(
+            _DECIMAL_TEXT.replace("rpad(concat(", "(concat(").replace(", {scale}, '0')", ")"), read="spark"
+        )
     return sqlglot.parse_one(_DECIMAL_TEXT.format(scale=scale), read="spark")
 
 
@@ -735,8 +741,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source == "double":
             return _with_value(_double_text_template(), node.this)
         if target in (exp.DataType.Type.TEXT, exp.DataType.Type.VARCHAR) and source is not None:
-            scale = decimal_scale(source)
-            if scale:
+            scale = decimal_scale(source) if source != "decimal" else None  # ("decimal": an expression's)
+            if scale or source == "decimal":
                 # DuckDB writes a DECIMAL with all its scale's digits, never an exponent; Spark's
                 # BigDecimal text has one below 1e-6 ('1E-8', '0E-8', '-1.5E-7'), written out here.
                 return _with_value(_decimal_text_template(scale), node.this)

@@ -1,0 +1,104 @@
+"""What derived columns cost: the benchmark query with a stored column against the same with a
+column computed from each row (``SUM(income * 1.1)``, a ``CASE`` group key, ``COUNT(income)``),
+beside plain DuckDB SQL computing the same expressions without privacy.
+
+Run from the repository root (after ``bench/engine.py`` generated the data)::
+
+    .venv/bin/python bench/engine_derived.py bench/.cache/people_10000000.parquet
+
+Prints the median of 5 releases (after a warm-up) of each query: per group, 5 rows per person,
+epsilon 1, public keys; and the ratio of each derived query to its stored twin. The stored twin
+of the CASE key reads a copy of the table with the key written out (made once, beside the data).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import duckdb
+
+from dpkit import Session
+from dpkit import engine as E
+from dpkit.guarantees import PureDP
+
+REGIONS = [f"r{i:02d}" for i in range(50)]
+BAND = "CASE WHEN age < 40 THEN 'young' WHEN age < 65 THEN 'middle' ELSE 'old' END"
+
+
+def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[repeats // 2]
+
+
+def main(parquet: str) -> None:
+    banded = Path(parquet).with_name(Path(parquet).stem + "_band.parquet")
+    if not banded.exists():
+        duckdb.sql(f"COPY (SELECT *, {BAND} AS band FROM read_parquet('{parquet}')) TO '{banded}'")
+    options = {"name": "people", "privacy_unit": "person_id", "budget": PureDP(1e9)}
+    session, stored_band = Session.from_parquet(parquet, **options), Session.from_parquet(banded, **options)
+
+    def release(query: E.QueryBuilder) -> Callable[[], object]:
+        return lambda: query.release(epsilon=1.0)
+
+    by_region = session.table().group_by("region", keys=REGIONS).bound(rows_per_group=5)
+    band_keys = ["young", "middle", "old"]
+    rows = {
+        "SUM(income), stored": release(by_region.agg(n=E.count(), t=E.sum("income", bounds=(0, 200_000)))),
+        "SUM(income * 1.1), derived": release(
+            session.table()
+            .with_column("taxed", "income * 1.1")
+            .group_by("region", keys=REGIONS)
+            .bound(rows_per_group=5)
+            .agg(n=E.count(), t=E.sum("taxed", bounds=(0, 220_000)))
+        ),
+        "COUNT(*)": release(by_region.agg(n=E.count())),
+        "COUNT(income)": release(by_region.agg(n=E.count("income"))),
+        "band key, stored": release(
+            stored_band.table()
+            .group_by("band", keys=band_keys)
+            .bound(rows_per_group=5)
+            .agg(n=E.count(), t=E.sum("income", bounds=(0, 200_000)))
+        ),
+        "band key, derived (CASE)": release(
+            session.table()
+            .with_column("band", BAND)
+            .group_by("band", keys=band_keys)
+            .bound(rows_per_group=5)
+            .agg(n=E.count(), t=E.sum("income", bounds=(0, 200_000)))
+        ),
+    }
+    plain = duckdb.connect()
+    plain_sql = {
+        "DuckDB plain, SUM(income)": "SELECT region, COUNT(*), SUM(income) FROM read_parquet(?) GROUP BY region",
+        "DuckDB plain, SUM(income * 1.1)": (
+            "SELECT region, COUNT(*), SUM(income * 1.1) FROM read_parquet(?) GROUP BY region"
+        ),
+        "DuckDB plain, CASE key": f"SELECT {BAND} AS band, COUNT(*), SUM(income) FROM read_parquet(?) GROUP BY band",
+    }
+    seconds = {name: median_seconds(run) for name, run in rows.items()}
+    seconds |= {
+        name: median_seconds(lambda sql=sql: plain.execute(sql, [parquet]).fetchall())
+        for name, sql in plain_sql.items()
+    }
+    twins = {
+        "SUM(income * 1.1), derived": "SUM(income), stored",
+        "COUNT(income)": "COUNT(*)",
+        "band key, derived (CASE)": "band key, stored",
+        "DuckDB plain, SUM(income * 1.1)": "DuckDB plain, SUM(income)",
+    }
+    print(f"{parquet}: median of 5 (dpkit: release with public keys, 5 rows per person, epsilon 1)")
+    for name, value in seconds.items():
+        ratio = f"  {value / seconds[twins[name]]:.2f}x {twins[name]}" if name in twins else ""
+        print(f"{name:34} {value:7.3f} s{ratio}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "bench/.cache/people_1000000.parquet")

@@ -1,5 +1,6 @@
-"""Shared by the engine micro-benchmarks: the median release time of a query with one engine setting
-patched, and an engine module as of an earlier commit (for the before/after comparisons)."""
+"""Shared by the engine micro-benchmarks: the median time of a run, the median release time of a query
+with one engine setting patched, and an engine module as of an earlier commit (for the before/after
+comparisons)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +31,18 @@ def median_release_seconds(query: Any, repeats: int, module: Any, setting: str, 
         return statistics.median(runs)
     finally:
         setattr(module, setting, default)
+
+
+def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
+    """Median wall time of ``run()`` over ``repeats`` runs, after one run that warms the file cache
+    and the engines."""
+    run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return sorted(times)[repeats // 2]
 
 
 def module_at(commit: str, source: str, name: str) -> Any:

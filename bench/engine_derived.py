@@ -14,11 +14,11 @@ of the CASE key reads a copy of the table with the key written out (made once, b
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 import duckdb
+from _timing import median_seconds  # bench/ is on sys.path when a script runs
 
 from dpkit import Session
 from dpkit import engine as E
@@ -26,16 +26,6 @@ from dpkit.guarantees import PureDP
 
 REGIONS = [f"r{i:02d}" for i in range(50)]
 BAND = "CASE WHEN age < 40 THEN 'young' WHEN age < 65 THEN 'middle' ELSE 'old' END"
-
-
-def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[repeats // 2]
 
 
 def main(parquet: str) -> None:

@@ -15,24 +15,14 @@ by both optimizers, and timing such a query measures less than its label says.
 from __future__ import annotations
 
 import sys
-import time
 from collections.abc import Callable
 
 import duckdb
+from _timing import median_seconds  # bench/ is on sys.path when a script runs
 
 from dpkit import Session
 from dpkit import engine as E
 from dpkit.guarantees import PureDP
-
-
-def median_seconds(run: Callable[[], object], repeats: int = 5) -> float:
-    run()  # warm the file cache and the engines
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return sorted(times)[repeats // 2]
 
 
 def main(path: str) -> None:

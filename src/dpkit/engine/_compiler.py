@@ -963,10 +963,7 @@ def _check_columns(
         tree = sqlglot.parse_one(condition, read="duckdb")
         for reference in tree.find_all(exp.Column):
             need(reference.name, "where")
-        # Keyed by each column's spelling and its case-folded one: a filter may write D for column d.
-        types = {name: info.type for name, info in available.items()}
-        types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
-        check_filter_types(tree, condition, types)
+        check_filter_types(tree, condition, _type_names(available))
     derived, derived_types = _check_derived(query, context, available, need)
     infos: list[ColumnInfo] = []
     for position, group in enumerate(query.group_by):
@@ -1009,6 +1006,14 @@ def _check_columns(
     return available, derived, derived_types
 
 
+def _type_names(columns: Mapping[str, ColumnInfo]) -> dict[str, str]:
+    """Each column's type name, keyed by its spelling and its case-folded one (a filter may write D for
+    column d): what :func:`~dpkit.engine._builder.check_filter_types` reads."""
+    types = {name: info.type for name, info in columns.items()}
+    types.update({name.casefold(): info.type for name, info in columns.items() if name.casefold() not in types})
+    return types
+
+
 def _check_derived(
     query: Query, context: CompileContext, available: dict[str, ColumnInfo], need: Callable[[str, str], ColumnInfo]
 ) -> tuple[tuple[Derived, ...], tuple[str, ...]]:
@@ -1025,8 +1030,7 @@ def _check_derived(
     from dpkit.engine._aggregation import _quote
     from dpkit.engine._builder import check_filter_types
 
-    types = {name: info.type for name, info in available.items()}
-    types.update({name.casefold(): info.type for name, info in available.items() if name.casefold() not in types})
+    types = _type_names(available)
     taken = {name.casefold() for name in available}
     trees = {}
     for column in query.derived:

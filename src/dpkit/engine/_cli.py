@@ -442,7 +442,7 @@ def _run_query(args: argparse.Namespace) -> int:
         # Check the whole query against an in-memory ledger first (schema only, no rows read):
         # a query that would be refused never leaves a new ledger file behind.
         trial = open_session(None)
-        contribution["keys"] = _typed_keys(args.keys, trial.key_columns(args.sql))
+        contribution["keys"] = _typed_keys(args.keys, trial._key_columns(args.sql))
         with trial:
             planned = trial.preview(args.sql, **contribution, **cost)
         if not planned.affordable and not args.preview:
@@ -461,7 +461,7 @@ def _run_query(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if "keys" not in contribution:  # typed once, against the same schema
-        contribution["keys"] = _typed_keys(args.keys, session.key_columns(args.sql))
+        contribution["keys"] = _typed_keys(args.keys, session._key_columns(args.sql))
     if args.preview:
         preview = session.preview(args.sql, **contribution, **cost)
         if args.json:

@@ -335,7 +335,7 @@ class Session:
             )
         return query
 
-    def key_columns(self, sql: str) -> dict[str, ColumnInfo]:
+    def _key_columns(self, sql: str) -> dict[str, ColumnInfo]:
         """The columns public keys may be given for in ``sql``: the table's (:attr:`columns`) and the
         derived columns the query makes (``SELECT CASE ... END AS band ... GROUP BY band``), typed
         by binding their expressions (no rows read). A query that does not parse or bind adds

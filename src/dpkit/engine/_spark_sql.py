@@ -306,21 +306,20 @@ def _pow(node: Any) -> Any:
     pow(-1, +-inf) is 1, where Java gives NaN."""
     from sqlglot import exp
 
-    def double(text: str) -> Any:
-        return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
-
     def body(base: Any, exponent: Any) -> Any:
         one = exp.and_(
             exp.Not(this=exp.Is(this=exponent.copy(), expression=exp.Null())),
             exp.or_(
-                exp.EQ(this=base.copy(), expression=double("1")),
+                exp.EQ(this=base.copy(), expression=_double_literal("1")),
                 exp.and_(
-                    exp.EQ(this=base.copy(), expression=double("-1")),
-                    exp.EQ(this=exp.Abs(this=exponent.copy()), expression=double("Infinity")),
+                    exp.EQ(this=base.copy(), expression=_double_literal("-1")),
+                    exp.EQ(this=exp.Abs(this=exponent.copy()), expression=_double_literal("Infinity")),
                 ),
             ),
         )
-        return exp.paren(exp.Case().when(one, double("1")).else_(exp.Pow(this=base.copy(), expression=exponent.copy())))
+        return exp.paren(
+            exp.Case().when(one, _double_literal("1")).else_(exp.Pow(this=base.copy(), expression=exponent.copy()))
+        )
 
     cast = [exp.Cast(this=part, to=exp.DataType.build("DOUBLE")) for part in (node.this, node.expression)]
     return _bound(cast, body)
@@ -453,7 +452,7 @@ def _real_to_decimal(node: Any, source: str) -> Any:
         scaled = exp.Round(
             this=exp.Mul(
                 this=value.copy(),
-                expression=exp.Cast(this=exp.Literal.string(f"1e{scale}"), to=exp.DataType.build("DOUBLE")),
+                expression=_double_literal(f"1e{scale}"),
             )
         )
         unit = exp.Cast(this=exp.Literal.string(f"1e-{scale}"), to=exp.DataType.build(f"DECIMAL({scale + 1}, {scale})"))
@@ -465,7 +464,7 @@ def _real_to_decimal(node: Any, source: str) -> Any:
             exp.Anonymous(this="isnan", expressions=[value.copy()]),
             exp.GTE(
                 this=exp.Abs(this=scaled),
-                expression=exp.Cast(this=exp.Literal.string(f"1e{precision}"), to=exp.DataType.build("DOUBLE")),
+                expression=_double_literal(f"1e{precision}"),
             ),
         )
         return exp.paren(
@@ -473,6 +472,13 @@ def _real_to_decimal(node: Any, source: str) -> Any:
         )
 
     return _bound([exp.Cast(this=node.this, to=exp.DataType.build("DOUBLE"))], body)
+
+
+def _double_literal(text: str) -> Any:
+    """CAST('text' AS DOUBLE): a DOUBLE constant written exactly (a decimal literal is a DECIMAL in Spark)."""
+    from sqlglot import exp
+
+    return exp.Cast(this=exp.Literal.string(text), to=exp.DataType.build("DOUBLE"))
 
 
 def _value_type(node: Any, types: Mapping[str, str]) -> str | None:
@@ -523,11 +529,6 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
 
     def double(node: Any) -> Any:
         return exp.Cast(this=node, to=exp.DataType.build("DOUBLE"))
-
-    def literal(value: str) -> Any:
-        return exp.Cast(this=exp.Literal.string(value), to=exp.DataType.build("DOUBLE"))
-
-    double_text = literal
 
     def call(name: str, *arguments: Any) -> Any:
         return exp.Anonymous(this=name, expressions=list(arguments))
@@ -587,9 +588,9 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
             result = exp.Log(this=base, expression=value.copy())
         return exp.paren(
             exp.Case()
-            .when(exp.EQ(this=value.copy(), expression=exp.Literal.number(0)), literal("-Infinity"))
-            .when(exp.EQ(this=value.copy(), expression=literal("Infinity")), literal("Infinity"))
-            .when(exp.LT(this=value.copy(), expression=exp.Literal.number(0)), literal("NaN"))
+            .when(exp.EQ(this=value.copy(), expression=exp.Literal.number(0)), _double_literal("-Infinity"))
+            .when(exp.EQ(this=value.copy(), expression=_double_literal("Infinity")), _double_literal("Infinity"))
+            .when(exp.LT(this=value.copy(), expression=exp.Literal.number(0)), _double_literal("NaN"))
             .else_(result)
         )
 
@@ -704,10 +705,10 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                         exp.EQ(this=left.copy(), expression=exp.Literal.number(0)),
                         exp.Anonymous(this="isnan", expressions=[left.copy()]),
                     ),
-                    literal("NaN"),
+                    _double_literal("NaN"),
                 )
-                .when(signed, literal("Infinity"))
-                .else_(literal("-Infinity"))
+                .when(signed, _double_literal("Infinity"))
+                .else_(_double_literal("-Infinity"))
             )
             zero = exp.EQ(this=right.copy(), expression=exp.Literal.number(0))
             return exp.paren(exp.Case().when(zero, ieee).else_(quotient))
@@ -730,8 +731,10 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                     .when(
                         exp.and_(
                             exp.Not(this=call("isnan", value.copy())),
-                            exp.GT(this=exp.Abs(this=value.copy()), expression=double_text("3.4028234663852886e38")),
-                            exp.NEQ(this=exp.Abs(this=value.copy()), expression=double_text("Infinity")),
+                            exp.GT(
+                                this=exp.Abs(this=value.copy()), expression=_double_literal("3.4028234663852886e38")
+                            ),
+                            exp.NEQ(this=exp.Abs(this=value.copy()), expression=_double_literal("Infinity")),
                         ),
                         exp.Null(),
                     )
@@ -1979,7 +1982,7 @@ def _real_modulo(node: Any) -> Any:
         exp.EQ(this=exp.paren(node.expression.copy(), copy=False), expression=exp.Literal.number(0)),
         exp.Not(this=exp.Is(this=exp.paren(node.this.copy(), copy=False), expression=exp.Null())),
     )
-    nan = exp.Cast(this=exp.Literal.string("NaN"), to=exp.DataType.build("DOUBLE"))
+    nan = _double_literal("NaN")
     return exp.paren(exp.Case().when(zero, nan).else_(node), copy=False)
 
 

@@ -92,13 +92,17 @@ class CompileContext:
     derived_schema: Callable[[str, tuple[Join, ...], tuple[Derived, ...]], Mapping[str, ColumnInfo]] | None = None
 
 
+#: How the name of a ``count(column)``'s 0/1 column ends (see :func:`nonnull_column`).
+NONNULL_SUFFIX = " IS NOT NULL"
+
+
 def nonnull_column(column: str) -> str:
     """The name of the derived 0/1 column a ``count(column)`` sums: 1 where ``column`` is not NULL.
 
     >>> nonnull_column("income")
     'income IS NOT NULL'
     """
-    return f"{column} IS NOT NULL"
+    return column + NONNULL_SUFFIX
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,9 @@ with a count's sensitivity. Bad derived columns are refused by name before anyth
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from types import SimpleNamespace
 
 import duckdb
 import numpy as np
@@ -127,6 +129,79 @@ def test_count_of_a_column_counts_its_rows_that_are_not_null(frame):
     assert all(expected[b][1] < expected[b][0] and expected[b][2] < expected[b][0] for b in expected)
 
 
+@pytest.mark.parametrize(
+    ("keys", "groups_per_person"),
+    [(None, 2), (["low", "high"], 1)],  # private keys; public keys
+)
+def test_derived_columns_read_earlier_ones_and_filters_read_them(frame, keys, groups_per_person):
+    """A chain of derived columns (each reading the one before) and a filter on one give what the
+    same columns stored in the table give; a failing first step is NULL in the next, as stored."""
+    steps = [
+        ("parsed", "CAST(code AS INTEGER)"),  # fails on the rows with code 'x'
+        ("score", "COALESCE(parsed, -1) * 10 + age"),
+        ("level", "CASE WHEN score > 70 THEN 'high' ELSE 'low' END"),
+    ]
+    derived = _session(frame)
+    table = frame
+    for name, expression in steps:
+        table = _materialised(table, name, expression)
+    stored = _session(table)
+
+    def build(session: E.Session, with_columns: bool) -> E.QueryBuilder:
+        query = session.table()
+        if with_columns:
+            for name, expression in steps:
+                query = query.with_column(name, expression)
+        return (
+            query.where("score >= 20")
+            .group_by("level", keys=keys)
+            .bound(rows_per_group=3, groups_per_person=groups_per_person)
+            .agg(n=E.count(), t=E.sum("score", bounds=(0, 160)), c=E.count("parsed"))
+        )
+
+    cost = {"epsilon": 1.0, "delta": 1e-6}
+    first_compiled, first = exact_aggregates(derived, build(derived, True), **cost)
+    second_compiled, second = exact_aggregates(stored, build(stored, False), **cost)
+    assert _rows(first) == _rows(second)
+    assert len(first.keys) == 2 and min(first.columns["rows"]) > 0
+    assert first_compiled.cost == second_compiled.cost
+    # The filter and the failed casts are really there: each leaves out rows.
+    connection = duckdb.connect()
+    connection.register("people", table)
+    kept, parsed, everything = connection.execute(
+        "SELECT COUNT(*) FILTER (WHERE score >= 20), COUNT(parsed), COUNT(*) FROM people"
+    ).fetchone()
+    connection.close()
+    assert kept < everything and parsed < everything
+
+
+def test_sql_filters_on_a_group_key_named_in_select(frame):
+    """WHERE may read a group key's alias (DuckDB does); it filters the rows of that key."""
+    session = _session(frame)
+    text = f"SELECT {BAND} AS band, COUNT(*) AS n FROM people WHERE band <> 'old' GROUP BY band"
+    query, _ = E.parse_query(text, table="people", privacy_unit="pid", keys=["young", "mid", "old"])
+    assert query.where == ("band <> 'old'",)
+    _, exact = exact_aggregates(
+        session, SimpleNamespace(plan=dataclasses.replace(query, contribution=E.Contribution(3, 1)))
+    )
+    rows = {key[0]: n for key, n in zip(exact.keys, exact.columns["rows"], strict=True)}
+    assert rows.get("old", 0) == 0 and rows["young"] > 0 and rows["mid"] > 0
+
+
+def test_session_bounds_may_name_derived_columns(frame):
+    """Bounds given to the session for a derived column serve the queries that define it; the
+    others are not refused for them."""
+    session = E.Session.from_pandas(
+        frame, name="people", privacy_unit="pid", budget=dpkit.PureDP(10), bounds={"spend": (0, 1e5)}
+    )
+    with_spend = session.table().with_column("spend", "income * 1.5").agg(t=E.sum("spend"))
+    assert with_spend.preview(epsilon=1.0) is not None
+    session.table().agg(n=E.count()).release(epsilon=1.0)
+    with pytest.raises(InvalidParameterError, match="name no column of this query: spend"):
+        session.table().agg(t=E.sum("income")).release(epsilon=1.0)
+    assert session.remaining == dpkit.PureDP(9)
+
+
 def test_count_of_a_column_has_the_sensitivity_of_a_count(frame):
     session = _session(frame)
     query = session.table().group_by("region").bound(rows_per_group=4, groups_per_person=2).agg(c=E.count("income"))
@@ -201,19 +276,34 @@ REFUSALS = {
         lambda s: s.table().with_column("age", "age + 1").agg(t=E.sum("age", bounds=(0, 99))).release(epsilon=1),
         "also a column of the tables",
     ),
-    "derived from a derived column": (
+    "a derived column reading one defined after it": (
         lambda s: (
             s.table()
-            .with_column("a", "age + 1")
             .with_column("b", "a * 2")
+            .with_column("a", "age + 1")
             .agg(t=E.sum("b", bounds=(0, 1)))
             .release(epsilon=1)
         ),
-        "is a derived column",
+        "not 'a', defined after it",
     ),
-    "a filter on a derived column": (
-        lambda s: s.table().with_column("a", "age + 1").where("a > 3").agg(n=E.count()).release(epsilon=1),
-        "is a derived column",
+    "a derived column reading itself": (
+        lambda s: s.table().with_column("a", "a + 1").agg(t=E.sum("a", bounds=(0, 1))).release(epsilon=1),
+        "not itself",
+    ),
+    "date arithmetic on a derived date": (
+        lambda s: (
+            s.table()
+            .with_column("day", "DATE '2020-01-01'")
+            .with_column("later", "day + 1")
+            .group_by("later")
+            .agg(n=E.count())
+            .release(epsilon=1, delta=1e-6)
+        ),
+        "date and time arithmetic",
+    ),
+    "SQL filtering on an aggregate's name": (
+        lambda s: s.sql("SELECT SUM(age * 2) AS a2 FROM people WHERE a2 > 3", epsilon=1),
+        "names an aggregate of this SELECT",
     ),
     "a function outside the allowlist": (
         lambda s: s.table().with_column("a", "getenv('HOME')"),
@@ -324,3 +414,13 @@ def test_the_cli_takes_public_keys_and_bounds_for_derived_columns(tmp_path, caps
     assert [row["m"] for row in released["rows"]] == [0, 1, 2]  # typed as the derived column (BIGINT)
     assert main(["query", str(data), sql, *options, "--keys", "m=0,x"]) == 2
     assert "values of 'm' (BIGINT) must be integers" in capsys.readouterr().err
+
+
+def test_only_a_count_of_a_column_is_labelled_as_a_count(frame):
+    """A derived column whose name ends like count(column)'s 0/1 column is summed as itself."""
+    session = _session(frame)
+    query = session.table().with_column("age IS NOT NULL", "age * 2").agg(t=E.sum("age IS NOT NULL", bounds=(0, 200)))
+    labels = [s["statistic"] for s in query.preview(epsilon=1.0).statistics]
+    assert labels == ["sum of age IS NOT NULL"]
+    labels = [s["statistic"] for s in session.table().agg(c=E.count("age")).preview(epsilon=1.0).statistics]
+    assert labels == ["count of rows where age IS NOT NULL"]

@@ -398,14 +398,35 @@ def source_sql(table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]
     Derived columns are computed in a subquery named as the table (``SELECT *, TRY(expression) AS
     name``): every later step reads them as columns. TRY makes a row on which one fails NULL there
     instead of failing the query (one person's value must not fail a release), as in a filter.
+    A derived column that reads others is computed in a subquery around theirs (``derived_layers``).
     """
     source = _quote(table)
     for join in joins:
         source += f" JOIN {_quote(join.table)} USING ({', '.join(_quote(c) for c in join.on)})"
-    if derived:
-        computed = ", ".join(f"TRY({d.expression}) AS {_quote(d.name)}" for d in derived)
+    for layer in derived_layers(derived):
+        computed = ", ".join(f"TRY({d.expression}) AS {_quote(d.name)}" for d in layer)
         source = f"(SELECT *, {computed} FROM {source}) AS {_quote(table)}"
     return source
+
+
+def derived_layers(derived: tuple[Derived, ...]) -> list[tuple[Derived, ...]]:
+    """``derived`` in layers: the first reads only the tables' columns, each next one also the
+    derived columns of the layers before it (a column reads only columns defined before it).
+
+    >>> [[d.name for d in layer] for layer in derived_layers(
+    ...     (Derived("a", "x + 1"), Derived("b", "y * 2"), Derived("c", "a + b"), Derived("d", "x - c")))]
+    [['a', 'b'], ['c'], ['d']]
+    """
+    depth: dict[str, int] = {}  # case-folded name -> its layer
+    layers: list[list[Derived]] = []
+    for column in derived:
+        references = sqlglot.parse_one(column.expression, read="duckdb").find_all(exp.Column)
+        layer = max((depth[r.name.casefold()] + 1 for r in references if r.name.casefold() in depth), default=0)
+        depth[column.name.casefold()] = layer
+        if layer == len(layers):
+            layers.append([])
+        layers[layer].append(column)
+    return [tuple(layer) for layer in layers]
 
 
 def derived_sql(table: str, joins: tuple[Join, ...], derived: tuple[Derived, ...]) -> str:

@@ -285,12 +285,14 @@ class QueryBuilder:
         aggregates and group keys to use like any column; bounds and public keys name it.
 
         The expression follows the rules of :meth:`where` (the same functions; no aggregates) and
-        reads the table's columns (not other derived ones). Where it fails on a row (a cast that
-        does not parse, an overflow) the value is NULL, as a NULL in the data (see ``sum``).
+        reads the tables' columns and the derived columns added before it; filters may read it.
+        Where it fails on a row (a cast that does not parse, an overflow) the value is NULL, as a
+        NULL in the data (see ``sum``), also in the columns that read it.
 
-        >>> b = QueryBuilder(None, "people").with_column("band", "CASE WHEN age < 18 THEN 'minor' ELSE 'adult' END")
-        >>> b.plan.derived[0].expression
-        "CASE WHEN age < 18 THEN 'minor' ELSE 'adult' END"
+        >>> b = QueryBuilder(None, "people").with_column("years", "age + 1")
+        >>> b = b.with_column("band", "CASE WHEN years < 18 THEN 'minor' ELSE 'adult' END").where("years > 3")
+        >>> [d.expression for d in b.plan.derived], b.plan.where
+        (['age + 1', "CASE WHEN years < 18 THEN 'minor' ELSE 'adult' END"], ('years > 3',))
         """
         column = Derived(name, normalise_expression(expression))
         if any(d.name.casefold() == column.name.casefold() for d in self._plan.derived):

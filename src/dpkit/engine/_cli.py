@@ -428,7 +428,6 @@ def _run_query(args: argparse.Namespace) -> int:
             budget=budget,
             ledger=ledger,
             ledger_anchor=args.anchor if ledger is not None else None,
-            bounds=bounds,
             backend=args.backend if args.memory_limit is None else DuckDBBackend(memory_limit=args.memory_limit),
             analyst=args.analyst,
         )
@@ -436,7 +435,8 @@ def _run_query(args: argparse.Namespace) -> int:
     cost: dict[str, Any] = {
         name: getattr(args, name) for name in ("epsilon", "delta", "rho", "accuracy") if getattr(args, name) is not None
     }
-    cost.update(alpha=args.alpha, mechanism=args.mechanism)
+    # The query's own bounds (a name that is none of its columns is refused, as a misspelling).
+    cost.update(alpha=args.alpha, mechanism=args.mechanism, bounds=bounds)
     contribution: dict[str, Any] = {"rows_per_group": args.rows_per_group, "groups_per_person": args.groups_per_person}
     if args.ledger is not None and new_ledger:
         # Check the whole query against an in-memory ledger first (schema only, no rows read):

@@ -112,6 +112,8 @@ class Statistic:
     key: str  # rows | persons | sum:c | csum:c | csq:c | hist:c | auto:c
     column: str | None
     weight: float
+    #: For the sum of a ``count(column)``'s 0/1 column (see :func:`nonnull_column`): the column counted.
+    counts: str | None = None
 
     @property
     def kind(self) -> str:
@@ -937,16 +939,8 @@ def _check_columns(
             owner.setdefault(name.casefold(), join.table)
             available.setdefault(name, info)
 
-    derived_names = {d.name.casefold(): d.name for d in query.derived}
-
     def need(column: str, what: str) -> ColumnInfo:
         column = spelling_resolver(list(available))(column)
-        if column not in available and column.casefold() in derived_names:
-            raise InvalidParameterError(
-                what,
-                column,
-                f"is a derived column: {what!r} reads the table's own columns (write the expression itself there)",
-            )
         if column.casefold() in ambiguous:
             raise InvalidParameterError(
                 what,
@@ -957,7 +951,8 @@ def _check_columns(
             raise InvalidParameterError(what, column, f"unknown column; available: {', '.join(sorted(available))}")
         return available[column]
 
-    for condition in query.where:
+    derived, derived_types = _check_derived(query, context, available, need)
+    for condition in query.where:  # (after the derived columns, which a filter may read)
         import sqlglot
         from sqlglot import exp
 
@@ -968,7 +963,6 @@ def _check_columns(
         for reference in tree.find_all(exp.Column):
             need(reference.name, "where")
         check_filter_types(tree, condition, _type_names(available))
-    derived, derived_types = _check_derived(query, context, available, need)
     infos: list[ColumnInfo] = []
     for position, group in enumerate(query.group_by):
         info = need(group.column if isinstance(group, Bin) else group, "group_by")
@@ -1025,8 +1019,9 @@ def _check_derived(
     and its lookups), and return them with the 0/1 column of each ``count(column)`` and their types.
 
     A derived column's name is new (no column of the tables, no other derived column) and its
-    expression reads the tables' columns only, without date and time arithmetic (as a filter).
-    Its type comes from the backend binding the expressions (no rows read).
+    expression reads the tables' columns and the derived columns defined before it, without date
+    and time arithmetic (as a filter). Its type comes from the backend binding the expressions (no
+    rows read); ``source_sql`` computes them in layers, each reading the ones before.
     """
     import sqlglot
     from sqlglot import exp
@@ -1036,7 +1031,9 @@ def _check_derived(
 
     types = _type_names(available)
     taken = {name.casefold() for name in available}
-    trees = {}
+    names = {d.name.casefold(): d.name for d in query.derived}
+    defined: set[str] = set()  # case-folded names of the derived columns checked so far
+    unchecked = []  # (column, tree) of those reading derived columns: type-checked once these are typed
     for column in query.derived:
         if column.name.casefold() in taken:
             other = "a column of the tables" if column.name.casefold() in types else "another derived column's name"
@@ -1045,25 +1042,39 @@ def _check_derived(
             )
         taken.add(column.name.casefold())
         tree = sqlglot.parse_one(column.expression, read="duckdb")  # (canonical and allowlisted already)
+        reads_derived = False
         for reference in tree.find_all(exp.Column):
-            need(reference.name, column.name)
-        check_filter_types(tree, column.expression, types, parameter=column.name)
-        trees[column.name] = tree
-    # count(column): a 0/1 column, 1 where the column (or the derived column's expression) is not NULL.
+            folded = reference.name.casefold()
+            if folded in defined:
+                reads_derived = True
+            elif folded in names:
+                where = "itself" if folded == column.name.casefold() else f"{names[folded]!r}, defined after it"
+                raise InvalidParameterError(
+                    column.name,
+                    reference.name,
+                    f"a derived column reads the tables' columns and the derived columns defined before it, "
+                    f"not {where}",
+                )
+            else:
+                need(reference.name, column.name)
+        defined.add(column.name.casefold())
+        if reads_derived:
+            unchecked.append((column, tree))
+        else:
+            check_filter_types(tree, column.expression, types, parameter=column.name)
+    # count(column): a 0/1 column, 1 where the column (stored or derived) is not NULL.
     indicators: dict[str, Derived] = {}
     for _, aggregate in query.aggregates:
         if aggregate.kind != "count" or aggregate.column is None:
             continue
-        counted = aggregate.column
-        if counted in trees:
-            value = f"({trees[counted].sql(dialect='duckdb')})"
-        else:
-            value = _quote(need(counted, "count").name)
-        name = nonnull_column(counted)
+        counted = need(aggregate.column, "count").name if aggregate.column.casefold() not in names else None
+        name = nonnull_column(aggregate.column)
         if name.casefold() in taken and name not in indicators:
-            raise InvalidParameterError("count", counted, f"the name {name!r} of its 0/1 column is taken; rename it")
+            raise InvalidParameterError(
+                "count", aggregate.column, f"the name {name!r} of its 0/1 column is taken; rename it"
+            )
         taken.add(name.casefold())
-        indicators[name] = Derived(name, f"CASE WHEN {value} IS NULL THEN 0 ELSE 1 END")
+        indicators[name] = Derived(name, f"CASE WHEN {_quote(counted or aggregate.column)} IS NULL THEN 0 ELSE 1 END")
     derived = (*query.derived, *indicators.values())
     if not derived:
         return (), ()
@@ -1072,6 +1083,9 @@ def _check_derived(
     described = context.derived_schema(query.table, query.joins, derived)
     for column in query.derived:
         available[column.name] = described[column.name]
+    types = _type_names(available)
+    for column, tree in unchecked:
+        check_filter_types(tree, column.expression, types, parameter=column.name)
     return derived, tuple(described[d.name].type for d in derived)
 
 
@@ -1117,15 +1131,19 @@ def compile_query(
         raise InvalidParameterError("bounds", bounds, "must be a mapping column -> (low, high) or 'auto'")
     # Keyed without case (column names match without case): the call's bounds replace the
     # session's for the same column however either spells it.
+    call = check_bounds_mapping(bounds or {})
     merged: dict[str, tuple[str, tuple[float, float] | str]] = {}
-    for origin in (context.bounds, bounds or {}):
-        for column, pair in check_bounds_mapping(origin).items():
+    for origin in (check_bounds_mapping(context.bounds), call):
+        for column, pair in origin.items():
             merged[column.casefold()] = (column, pair)
     known = {name.casefold() for name in context.columns}
     known.update(name.casefold() for table in context.public_tables.values() for name in table)
     known.update(d.name.casefold() for d in query.derived)
-    for key, (column, _) in merged.items():
-        if key not in known:  # a misspelt name would leave its column unbounded
+    # The session's bounds may name derived columns of other queries: one naming no column here
+    # is only listed when a column lacks bounds. The call's bounds are for this query's columns.
+    unused = sorted(column for key, (column, _) in merged.items() if key not in known)
+    for column in call:
+        if column.casefold() not in known:  # a misspelt name would leave its column unbounded
             raise InvalidParameterError(
                 "bounds",
                 column,
@@ -1149,7 +1167,8 @@ def compile_query(
                 aggregate.column,
                 f"column {aggregate.column!r} (aggregate {name!r}) needs clamping bounds: pass "
                 f"bounds={{{aggregate.column!r}: (low, high)}}, or {{{aggregate.column!r}: 'auto'}} "
-                "to estimate them privately (charged)",
+                "to estimate them privately (charged)"
+                + (f"; the session's bounds name no column of this query: {', '.join(unused)}" if unused else ""),
             )
         previous = resolved.get(aggregate.column)
         if previous is not None and previous != value:
@@ -1187,7 +1206,13 @@ def compile_query(
         raise InvalidParameterError(
             "accuracy", request.accuracy, "accuracy targets need public keys and explicit bounds"
         )
-    statistics = tuple(Statistic(key, key.split(":")[1] if ":" in key else None, w) for key, w in weights.items())
+    # The sums of count(column)'s 0/1 columns, each with the column it counts (for its label).
+    counted = {
+        f"sum:{nonnull_column(a.column)}": a.column for _, a in query.aggregates if a.kind == "count" and a.column
+    }
+    statistics = tuple(
+        Statistic(key, key.split(":")[1] if ":" in key else None, w, counted.get(key)) for key, w in weights.items()
+    )
 
     shares, selection_epsilon, gaussian_delta, selection_delta, cost = _allocate(
         statistics, query, context, request, selection, contribution, groups_bound, resolved, selection_key

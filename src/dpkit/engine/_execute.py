@@ -18,7 +18,6 @@ from dpkit._errors import InternalError, InvalidParameterError
 from dpkit.engine._aggregation import AggregationResult, Histogram
 from dpkit.engine._backends import Backend
 from dpkit.engine._compiler import (
-    NONNULL_SUFFIX,
     QUANTILE_BINS,
     CompiledQuery,
     SelectionNoise,
@@ -280,7 +279,7 @@ def selection_entry(compiled: CompiledQuery, selector: Any, threshold: Any) -> d
 
 def statistic_label(statistic: Statistic) -> str:
     """How the budget split (and the preview) names a noisy statistic."""
-    if statistic.kind == "sum" and statistic.column is not None and statistic.column.endswith(NONNULL_SUFFIX):
+    if statistic.counts is not None:
         return f"count of rows where {statistic.column}"  # (count(column): see nonnull_column)
     return {
         "rows": "count of rows",

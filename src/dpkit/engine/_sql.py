@@ -144,6 +144,7 @@ def parse_query(
     scope = _Scope(qualifiers)
     group_by = _group_by_clause(select, scope, privacy_unit)
     aggregates, columns = _select_list(select, scope, group_by, privacy_unit)
+    _check_where_names(where, scope, aggregates)
     query = Query(
         table=table,
         joins=joins,
@@ -447,6 +448,21 @@ def _where_clause(select: exp.Select, qualifiers: set[str]) -> tuple[str, ...]:
         except InvalidParameterError as error:
             raise UnsupportedSQLError("WHERE", _fragment(conjunct), error.allowed) from None
     return tuple(filters)
+
+
+def _check_where_names(where: tuple[str, ...], scope: _Scope, aggregates: tuple[tuple[str, Aggregate], ...]) -> None:
+    """WHERE reads each row: the tables' columns and a group key named in SELECT (``CASE ... END AS
+    band ... WHERE band = 'old'``, as DuckDB reads it), never an aggregate's result by its name."""
+    results = {name.casefold() for name, _ in aggregates}
+    for condition in where:
+        for reference in sqlglot.parse_one(condition, read="duckdb").find_all(exp.Column):
+            if reference.name.casefold() in results and reference.name.casefold() in scope.derived:
+                raise UnsupportedSQLError(
+                    "WHERE",
+                    condition,
+                    f"{reference.name!r} names an aggregate of this SELECT; WHERE filters rows before they are "
+                    "aggregated (write the expression itself, or filter results with HAVING)",
+                )
 
 
 @dataclass

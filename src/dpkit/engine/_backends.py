@@ -985,9 +985,9 @@ class SparkBackend:
             types["__pid"] = types[plan.person.casefold()]
         return types
 
-    def _steps(self, plan: AggregationPlan, sql: str) -> tuple[list[tuple[str, str, bool]], str]:
-        types = self._column_types(plan)
-        check_spark_keys(plan, types)
+    def _steps(self, sql: str, types: dict[str, str]) -> tuple[list[tuple[str, str, bool]], str]:
+        """``sql`` as Spark steps (views, then the final query), written with DuckDB's semantics for
+        columns of ``types`` (:meth:`_column_types`)."""
         rewrite = functools.partial(spark_semantics, types=types)
         return view_steps(sql, "spark", f"__dpkit_{uuid.uuid4().hex}_", tables=self._views(), rewrite=rewrite)
 
@@ -997,8 +997,10 @@ class SparkBackend:
         # The CTEs DuckDB materialises (the per-person table, the people in several groups, the
         # private key list) are cached here as temporary views first: Spark would otherwise compute
         # each once per reference, and it sizes (and broadcasts) a cached view by its real rows.
+        types = self._column_types(plan)
+        check_spark_keys(plan, types)
         with self._key_table(plan) as key_table:
-            steps, final = self._steps(plan, render_sql(plan, key_table, rank_by_window=True))
+            steps, final = self._steps(render_sql(plan, key_table, rank_by_window=True), types)
             with _SPARK_RUN_LOCK:  # the ANSI flag is per SparkSession: sessions sharing one take turns
                 rows = self._run_steps(steps, final, execute=True)
         # Group keys come back as Spark gives them (a DECIMAL key stays a Decimal, as from DuckDB, and is
@@ -1006,7 +1008,6 @@ class SparkBackend:
         # sums) into integers.
         result = [tuple(row) for row in rows]
         if not plan.indexed_keys:
-            types = self._column_types(plan)
             found = {i: decimal_scale(types.get(f"__g{i}", "")) for i in range(len(plan.groups))}
             scales = {i: scale for i, scale in found.items() if scale is not None}
             if scales:
@@ -1088,10 +1089,11 @@ class SparkBackend:
         compared with a number by < or >, text in arithmetic, LIKE on a number...) is refused here
         too, where Spark would have cast it its own way and answered.
         """
-        check_spark_keys(plan, self._column_types(plan))
+        types = self._column_types(plan)
+        check_spark_keys(plan, types)
         self._duckdb_check(plan)
         with self._key_table(plan) as key_table:
-            steps, final = self._steps(plan, render_sql(plan, key_table, rank_by_window=True))
+            steps, final = self._steps(render_sql(plan, key_table, rank_by_window=True), types)
             with _SPARK_RUN_LOCK:
                 self._run_steps(steps, final, execute=False)
 

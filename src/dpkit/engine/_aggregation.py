@@ -812,7 +812,12 @@ def _render_bounded(
             # (10 M rows, half the people in several groups: 20 s -> 13 s); DuckDB's passes are cheaper.
             if g == 1 and not rank_by_window:
                 keyed = _keyed(plan, joined, "__base", ["__pid"], "__m.__ph")
-                ctes.append(f"__pick AS (SELECT __pid, MIN(__o) AS __o FROM {keyed} AS __keyed GROUP BY __pid)")
+                # (Materialised: otherwise, under a filter DuckDB cannot push into the scan, its planner
+                # built the second pass's hash table on all the rows instead of on these few people:
+                # 10 M rows, WHERE income * 1.1 > 20000, 1.03 s -> 0.59 s; bench/engine_derived.py.)
+                ctes.append(
+                    f"__pick AS MATERIALIZED (SELECT __pid, MIN(__o) AS __o FROM {keyed} AS __keyed GROUP BY __pid)"
+                )
                 mixed = (
                     f"SELECT __r.__ki, COUNT(*) AS __n{sums} FROM __base AS __r SEMI JOIN __pick "
                     f"ON __r.__pid = __pick.__pid AND __r.__ki = __pick.__o % {_ORDER_SHIFT} "

@@ -286,6 +286,16 @@ REFUSALS = {
         ),
         "not 'a', defined after it",
     ),
+    "a stored column's name given to a later derived column": (
+        lambda s: (
+            s.table()
+            .with_column("a", "age + 1")
+            .with_column("age", "a * 2")
+            .agg(t=E.sum("a", bounds=(0, 1)))
+            .release(epsilon=1)
+        ),
+        "also a column of the tables",
+    ),
     "a derived column reading itself": (
         lambda s: s.table().with_column("a", "a + 1").agg(t=E.sum("a", bounds=(0, 1))).release(epsilon=1),
         "not itself",

@@ -1031,16 +1031,17 @@ def _check_derived(
 
     types = _type_names(available)
     taken = {name.casefold() for name in available}
-    names = {d.name.casefold(): d.name for d in query.derived}
-    defined: set[str] = set()  # case-folded names of the derived columns checked so far
-    unchecked = []  # (column, tree) of those reading derived columns: type-checked once these are typed
-    for column in query.derived:
+    for column in query.derived:  # (every name first: an expression's reference is then unambiguous)
         if column.name.casefold() in taken:
             other = "a column of the tables" if column.name.casefold() in types else "another derived column's name"
             raise InvalidParameterError(
                 "derived", column.name, f"names a derived column, but it is also {other}; choose a new name"
             )
         taken.add(column.name.casefold())
+    names = {d.name.casefold(): d.name for d in query.derived}
+    defined: set[str] = set()  # case-folded names of the derived columns checked so far
+    unchecked = []  # (column, tree) of those reading derived columns: type-checked once these are typed
+    for column in query.derived:
         tree = sqlglot.parse_one(column.expression, read="duckdb")  # (canonical and allowlisted already)
         reads_derived = False
         for reference in tree.find_all(exp.Column):
@@ -1067,14 +1068,14 @@ def _check_derived(
     for _, aggregate in query.aggregates:
         if aggregate.kind != "count" or aggregate.column is None:
             continue
-        counted = need(aggregate.column, "count").name if aggregate.column.casefold() not in names else None
+        counted = aggregate.column if aggregate.column.casefold() in names else need(aggregate.column, "count").name
         name = nonnull_column(aggregate.column)
         if name.casefold() in taken and name not in indicators:
             raise InvalidParameterError(
                 "count", aggregate.column, f"the name {name!r} of its 0/1 column is taken; rename it"
             )
         taken.add(name.casefold())
-        indicators[name] = Derived(name, f"CASE WHEN {_quote(counted or aggregate.column)} IS NULL THEN 0 ELSE 1 END")
+        indicators[name] = Derived(name, f"CASE WHEN {_quote(counted)} IS NULL THEN 0 ELSE 1 END")
     derived = (*query.derived, *indicators.values())
     if not derived:
         return (), ()

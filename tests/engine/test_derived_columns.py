@@ -267,39 +267,32 @@ def _refused(session, build, match: str, error=InvalidParameterError) -> None:
     assert session.remaining == before
 
 
+def _sum_of(session, column: str, *steps: tuple[str, str], bounds=(0, 1)):
+    """Release the sum of ``column`` after adding the derived columns ``steps`` (name, expression) in order."""
+    query = session.table()
+    for name, expression in steps:
+        query = query.with_column(name, expression)
+    return query.agg(t=E.sum(column, bounds=bounds)).release(epsilon=1)
+
+
 REFUSALS = {
     "unnamed expression in SQL": (
         lambda s: s.sql("SELECT SUM(income * 2) FROM people", epsilon=1, bounds={"income": (0, 1)}),
         "needs a name",
     ),
     "name of a stored column": (
-        lambda s: s.table().with_column("age", "age + 1").agg(t=E.sum("age", bounds=(0, 99))).release(epsilon=1),
+        lambda s: _sum_of(s, "age", ("age", "age + 1"), bounds=(0, 99)),
         "also a column of the tables",
     ),
     "a derived column reading one defined after it": (
-        lambda s: (
-            s.table()
-            .with_column("b", "a * 2")
-            .with_column("a", "age + 1")
-            .agg(t=E.sum("b", bounds=(0, 1)))
-            .release(epsilon=1)
-        ),
+        lambda s: _sum_of(s, "b", ("b", "a * 2"), ("a", "age + 1")),
         "not 'a', defined after it",
     ),
     "a stored column's name given to a later derived column": (
-        lambda s: (
-            s.table()
-            .with_column("a", "age + 1")
-            .with_column("age", "a * 2")
-            .agg(t=E.sum("a", bounds=(0, 1)))
-            .release(epsilon=1)
-        ),
+        lambda s: _sum_of(s, "a", ("a", "age + 1"), ("age", "a * 2")),
         "also a column of the tables",
     ),
-    "a derived column reading itself": (
-        lambda s: s.table().with_column("a", "a + 1").agg(t=E.sum("a", bounds=(0, 1))).release(epsilon=1),
-        "not itself",
-    ),
+    "a derived column reading itself": (lambda s: _sum_of(s, "a", ("a", "a + 1")), "not itself"),
     "date arithmetic on a derived date": (
         lambda s: (
             s.table()

@@ -96,6 +96,15 @@ EXPRESSIONS = [
     "1 / ROUND(LEAST(i32, f), 2)", "CEIL(d)", "CAST(FLOOR(i32 - 1) AS VARCHAR)",
     "CONCAT('a', LEAST(i32, POW(d * d, 2)))", "CAST(CAST(f AS HUGEINT) AS VARCHAR)", "CAST(f AS FLOAT)",
     "CAST(date_trunc('month', day) AS BIGINT)", "CAST(d * 0 AS VARCHAR)", "CONCAT('a', d * CEIL(i8 * 0.5))",
+    # a text constant among the values of a CASE, IF, COALESCE, GREATEST or LEAST takes the others' type
+    # (Spark made them text, or refused them); one that does not read as that type fails where computed
+    "COALESCE(i32, '5')", "COALESCE(i32, 'x')", "COALESCE('x', i8)", "COALESCE(i8, i64, '300')", "COALESCE(f, '0.5')",
+    "COALESCE(d, '1.5')", "COALESCE(b, 'true')", "COALESCE(day, '2024-01-01')", "COALESCE(i32, '5') = 5",
+    "CASE WHEN b THEN i32 ELSE 'x' END", "CASE WHEN b THEN i64 WHEN i8 > 0 THEN '12' END", "IF(b, i8, 'x')",
+    "GREATEST(i32, '5')", "LEAST(i32, 'x')", "CASE i32 WHEN 'x' THEN 1 ELSE 2 END",
+    "CASE i8 WHEN '-1' THEN 'm' WHEN 0 THEN 'z' END",
+    # an unsigned integer beside a DOUBLE or a DECIMAL: real arithmetic (x % 0 is NaN, not NULL)
+    "f - (ROUND(FLOOR(i8), 38) % CAST(b AS UTINYINT))", "f // CAST(b AS USMALLINT)", "d % CAST(b AS UTINYINT)",
 ]  # fmt: skip
 
 
@@ -136,9 +145,13 @@ def test_many_double_ties_round_and_cast_as_in_duckdb():
 
 @pytest.mark.parametrize(
     ("expression", "reason"),
-    [("CAST(f AS DECIMAL(38, 30))", "more than 15 digits"), ("CAST(CAST(f AS FLOAT) AS DECIMAL(10, 2))", "FLOAT")],
+    [
+        ("CAST(f AS DECIMAL(38, 30))", "more than 15 digits"),
+        ("CAST(CAST(f AS FLOAT) AS DECIMAL(10, 2))", "FLOAT"),
+        ("COALESCE(i8, 2.5, '3')", "mixes text constants with values of other types"),
+    ],
 )
-def test_double_to_decimal_casts_spark_cannot_write_as_duckdb_are_refused(sessions, expression, reason):
+def test_derived_columns_spark_cannot_compute_as_duckdb_are_refused(sessions, expression, reason):
     _, spark = sessions
     query = spark.table().with_column("v", expression).group_by("v").agg(n=E.count())
     before = spark.remaining

@@ -518,7 +518,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
       DECIMALs divides without rounding, and x % 0 of a DOUBLE is NaN;
     - text is read as DuckDB reads it: casts to numbers and booleans follow DuckDB's syntax (0x1F,
       1_000, no ' true ', no Unicode digits), text compared with another type is cast as DuckDB's
-      binder casts it, and what Spark cannot read alike (dates and times from text, TIME,
+      binder casts it, as is a text constant among the values of a CASE, IF, COALESCE, GREATEST or
+      LEAST (``_coerced_values``), and what Spark cannot read alike (dates and times from text, TIME,
       TIMESTAMP WITH TIME ZONE) is refused (``_coerced``);
     - a DOUBLE, BLOB or duration (INTERVAL) cast to text (also by ``||`` and CONCAT) is written as
       DuckDB writes it: the private
@@ -1076,7 +1077,9 @@ def _wider(first: str, second: str) -> str:
 
 def _duck_type(node: Any, types: Mapping[str, str]) -> str | None:
     """DuckDB's type of ``node`` in a filter, as far as arithmetic cares: an integer type of
-    ``_DUCK_INTEGERS``, DOUBLE, FLOAT, DECIMAL, or None (another type, or not plain to see)."""
+    ``_DUCK_INTEGERS``, DOUBLE, FLOAT, DECIMAL, UNSIGNED (a cast to one of DuckDB's unsigned or 128-bit
+    unsigned integers: a real beside it still makes the arithmetic real), or None (another type, or not
+    plain to see)."""
     from sqlglot import exp
 
     node = _unparen(node)
@@ -1091,7 +1094,8 @@ def _duck_type(node: Any, types: Mapping[str, str]) -> str | None:
         spark_kind = types.get(node.name.casefold(), "").lower()
         return "DECIMAL" if spark_kind.startswith("decimal") else _SPARK_DUCK_TYPES.get(spark_kind)
     if isinstance(node, exp.Cast):
-        return _DUCK_CAST_TYPES.get(node.to.this.name)
+        name = node.to.this.name
+        return _DUCK_CAST_TYPES.get(name) or ("UNSIGNED" if name in _UNSIGNED_CASTS else None)
     if isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Mod | exp.IntDiv):
         kind = _duck_common(types, node.this, node.expression)
         # DuckDB's // divides a DOUBLE or a DECIMAL as a DOUBLE (a FLOAT as a FLOAT), without rounding.
@@ -1135,9 +1139,11 @@ def _duck_common(types: Mapping[str, str], *nodes: Any) -> str | None:
         if kind is None:
             return None
         kinds.append(kind)
-    reals = [kind for kind in kinds if kind not in _DUCK_INTEGERS]
+    reals = [kind for kind in kinds if kind in ("DECIMAL", "FLOAT", "DOUBLE")]
     if reals:
         return max(reals, key=("DECIMAL", "FLOAT", "DOUBLE").index)
+    if "UNSIGNED" in kinds:
+        return None  # (DuckDB's unsigned arithmetic is not modelled: Spark computes it in a wider type)
     result = functools.reduce(_wider, kinds) if kinds else None
     for value in literals:
         if result is None or not _fits(value, result):
@@ -1226,7 +1232,10 @@ def _duckdb_rule(node: Any, types: Mapping[str, str]) -> Any:
         )
     if isinstance(node, exp.And | exp.Or):
         return _simplified_conjunction(node)
-    if isinstance(node, exp.Case | exp.If):
+    if isinstance(node, exp.Case | exp.If | exp.Coalesce | exp.Greatest | exp.Least):
+        coerced = _coerced_values(node, types)  # (typed first, as DuckDB binds before it simplifies)
+        if coerced is not None or isinstance(node, exp.Coalesce | exp.Greatest | exp.Least):
+            return coerced
         return _simplified_case(node)
     if type(node) in _comparisons() or isinstance(node, exp.In | exp.Nullif | exp.Cast):
         coerced = _coerced(node, types)
@@ -1500,6 +1509,65 @@ def _coerced(node: Any, types: Mapping[str, str]) -> Any:
     if isinstance(node, exp.In):
         return exp.In(this=changed[0], expressions=changed[1:])
     return type(node)(this=changed[0], expression=changed[1])
+
+
+def _coerced_values(node: Any, types: Mapping[str, str]) -> Any:
+    """DuckDB's type for the values of a CASE, IF, COALESCE, GREATEST or LEAST made explicit where a text
+    constant stands beside values of another type: DuckDB casts the constant to their type (COALESCE(x,
+    '5') is an INTEGER 5, COALESCE(x, 'a') fails where x is NULL); Spark would give text, or refuse. A
+    simple CASE (``CASE x WHEN v ...``) becomes the searched CASE DuckDB binds it as (``CASE WHEN x = v``),
+    whose comparisons are then cast as any comparison (``_coerced``). None where nothing changes; a mix
+    whose common type is not plain to see is refused (``_Refused``)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.If) and node.arg_key == "ifs":
+        return None  # a branch of a CASE (the CASE's values are typed together)
+    if isinstance(node, exp.Case) and node.this is not None:
+        operand, branches = node.this, node.args["ifs"]
+        kinds = {_duck_kind(part, types) for part in (operand, *(branch.this for branch in branches))}
+        if "VARCHAR" not in kinds or kinds <= {"VARCHAR", None}:
+            values = [branch.args.get("true") for branch in branches]
+        else:
+            searched = exp.Case()
+            for branch in branches:
+                condition = exp.EQ(this=exp.paren(operand.copy()), expression=exp.paren(branch.this.copy()))
+                searched = searched.when(condition, branch.args["true"].copy(), copy=False)
+            default = node.args.get("default")
+            return searched.else_(default.copy(), copy=False) if default is not None else searched
+    elif isinstance(node, exp.Case):
+        values = [branch.args.get("true") for branch in node.args["ifs"]]
+    elif isinstance(node, exp.If):
+        values = [node.args.get("true")]
+    else:
+        values = [node.this, *node.expressions]
+    if isinstance(node, exp.Case | exp.If):
+        values.append(node.args.get("default") if isinstance(node, exp.Case) else node.args.get("false"))
+    present = [value for value in values if value is not None and not isinstance(_unparen(value), exp.Null)]
+    kinds = [_duck_kind(value, types) for value in present]
+    constants = [
+        value
+        for value, kind in zip(present, kinds, strict=True)
+        if kind == "VARCHAR" and isinstance(_unparen(value), exp.Literal)
+    ]
+    typed = [value for value, kind in zip(present, kinds, strict=True) if kind != "VARCHAR"]
+    if not constants or not typed or len(constants) + len(typed) < len(present) or None in kinds:
+        return None  # (text that is not a constant makes the values text, in both engines)
+    target_kind = _duck_common(types, *typed)
+    if target_kind in _DUCK_INTEGERS:
+        target = exp.DataType.build("INT128" if target_kind == "HUGEINT" else target_kind, dialect="duckdb")
+    else:
+        exact = [_duck_data_type(value, types) for value in typed]
+        spelled = {None if data_type is None else data_type.sql(dialect="duckdb") for data_type in exact}
+        if len(spelled) != 1 or None in spelled:
+            raise _Refused(
+                f"{node.sql(dialect='duckdb')} mixes text constants with values of other types, whose common type "
+                "DuckDB chooses by rules the Spark backend does not repeat; cast the text constants to the type you "
+                "mean, or use the DuckDB backend"
+            )
+        target = exact[0]
+    for constant in constants:
+        constant.replace(_cast_text(constant.copy(), target, literal=True))
+    return node
 
 
 def _cast_text(text: Any, target: Any, *, literal: bool) -> Any:

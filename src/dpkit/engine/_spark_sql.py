@@ -1524,8 +1524,8 @@ def _coerced_values(node: Any, types: Mapping[str, str]) -> Any:
         return None  # a branch of a CASE (the CASE's values are typed together)
     if isinstance(node, exp.Case) and node.this is not None:
         operand, branches = node.this, node.args["ifs"]
-        kinds = {_duck_kind(part, types) for part in (operand, *(branch.this for branch in branches))}
-        if "VARCHAR" not in kinds or kinds <= {"VARCHAR", None}:
+        compared = {_duck_kind(part, types) for part in (operand, *(branch.this for branch in branches))}
+        if "VARCHAR" not in compared or compared <= {"VARCHAR", None}:
             values = [branch.args.get("true") for branch in branches]
         else:
             searched = exp.Case()

@@ -397,3 +397,16 @@ def test_spark_frame_with_column_names_alike_is_refused(spark):
     frame = spark.createDataFrame(pd.DataFrame({"ID": range(30), "id": [1, 2, 3] * 10}))
     with pytest.raises(dpkit.InvalidParameterError, match="same name without case"):
         E.Session.from_spark(frame, privacy_unit="id", budget=BUDGET)
+
+
+def test_every_setting_a_query_runs_under_is_one_this_spark_knows(spark):
+    """The settings each query runs under (ANSI mode off, UTC, DECIMAL precision, and the parser-cache
+    flush without which long runs of the engine's ever different SQL filled the driver's heap: an
+    OutOfMemoryError after 267 queries of a random-expression run) are SQL settings of this Spark that
+    a session may change: a misspelt key would be kept and silently do nothing."""
+    from dpkit.engine._backends import _SPARK_SETTINGS
+
+    conf = spark._jsparkSession.sessionState().conf()
+    assert not conf.isModifiable("spark.sql.parser.noSuchSetting")
+    assert [key for key in _SPARK_SETTINGS if not conf.isModifiable(key)] == []
+    assert "spark.sql.parser.manageParserCaches" in _SPARK_SETTINGS

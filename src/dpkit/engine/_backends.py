@@ -863,6 +863,12 @@ _SPARK_SETTINGS = {
     # DECIMAL arithmetic past 38 digits keeps its scale (and gives NULL where the value does not fit),
     # as DuckDB's does: Spark would otherwise round DECIMAL(38, 20) products to 6 decimal places.
     "spark.sql.decimalOperations.allowPrecisionLoss": "false",
+    # Spark's SQL parser (ANTLR) keeps a cache of parsing decisions that only grows; the engine's long,
+    # always different SQL grew it by about 2 MB a query, until the driver ran out of heap (after 267
+    # queries of a random-expression run with the default 1 GB driver). Spark flushes it past 10 % of the
+    # driver's memory with these settings (Spark 4.1 and later; an older Spark keeps them as unused keys).
+    "spark.sql.parser.manageParserCaches": "true",
+    "spark.sql.parser.parserDfaCacheFlushRatio": "10",
 }
 
 

@@ -105,6 +105,9 @@ EXPRESSIONS = [
     "CASE i8 WHEN '-1' THEN 'm' WHEN 0 THEN 'z' END",
     # an unsigned integer beside a DOUBLE or a DECIMAL: real arithmetic (x % 0 is NaN, not NULL)
     "f - (ROUND(FLOOR(i8), 38) % CAST(b AS UTINYINT))", "f // CAST(b AS USMALLINT)", "d % CAST(b AS UTINYINT)",
+    # a FLOAT beside a DECIMAL is FLOAT arithmetic (Spark computed a DOUBLE)
+    "CAST(f AS FLOAT) * d", "CAST(h AS FLOAT) * 1.1", "CAST(i32 AS FLOAT) - d", "GREATEST(CAST(h AS FLOAT), d)",
+    "COALESCE(CAST(f AS FLOAT), d)",
 ]  # fmt: skip
 
 

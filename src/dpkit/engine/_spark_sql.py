@@ -515,7 +515,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
       (``_duckdb_rewrites``: ``x + 100 > 0`` is ``x > -100``, never failing), then computed with
       DuckDB's types and overflow checks (``_checked``): an overflow, an integer division or modulo
       by zero, fail the whole condition as in DuckDB (Spark wrapped around); ``//`` of DOUBLEs and
-      DECIMALs divides without rounding, and x % 0 of a DOUBLE is NaN;
+      DECIMALs divides without rounding, and x % 0 of a DOUBLE is NaN; a FLOAT beside a DECIMAL is
+      computed as FLOAT (Spark: DOUBLE);
     - text is read as DuckDB reads it: casts to numbers and booleans follow DuckDB's syntax (0x1F,
       1_000, no ' true ', no Unicode digits), text compared with another type is cast as DuckDB's
       binder casts it, as is a text constant among the values of a CASE, IF, COALESCE, GREATEST or
@@ -883,6 +884,21 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                     for p in positions
                 )
 
+    # DuckDB computes a FLOAT beside a DECIMAL as FLOAT (Spark: DOUBLE): the DECIMAL is cast first, and
+    # Spark's FLOAT arithmetic is then DuckDB's (a sum, difference or product of two FLOATs is the same
+    # rounded to FLOAT or computed in FLOAT).
+    for try_node in tree.find_all(exp.Try):
+        for node in list(try_node.this.walk()):
+            if not isinstance(node, exp.Add | exp.Sub | exp.Mul | exp.Greatest | exp.Least | exp.Coalesce):
+                continue
+            if _duck_type(node, types) != "FLOAT":
+                continue
+            operands = [node.this, *node.expressions] if node.args.get("expressions") else [node.this, node.expression]
+            for operand in operands:
+                if operand is not None and _duck_type(operand, types) == "DECIMAL":
+                    operand.replace(
+                        exp.Cast(this=exp.paren(operand.copy(), copy=False), to=exp.DataType.build("FLOAT"))
+                    )
     # id(TRY node) -> (the node, [(guards, operands, the node's Spark form)] for the nodes that can fail)
     failures: dict[int, tuple[Any, list[tuple[list[Any], list[Any], Any]]]] = {}
     # Children first: a node's adjusted children are kept when the node itself is replaced.

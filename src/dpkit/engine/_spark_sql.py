@@ -893,8 +893,8 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                 continue
             if _duck_type(node, types) != "FLOAT":
                 continue
-            operands = [node.this, *node.expressions] if node.args.get("expressions") else [node.this, node.expression]
-            for operand in operands:
+            parts = [node.this, *node.expressions] if node.args.get("expressions") else [node.this, node.expression]
+            for operand in parts:
                 if operand is not None and _duck_type(operand, types) == "DECIMAL":
                     operand.replace(
                         exp.Cast(this=exp.paren(operand.copy(), copy=False), to=exp.DataType.build("FLOAT"))

@@ -124,6 +124,106 @@ def _normal_quantile(alpha: float) -> float:
     return NormalDist().inv_cdf(1 - alpha / 2)
 
 
+def _threshold(alpha: float, n: int) -> float:
+    """alpha / 2, less a margin for the rounding of the tail sums (relative 1e-7, and 2^-50 per report)."""
+    return alpha / 2 * (1 - 1e-7) - n * 2.0**-50
+
+
+def _support_tail_bound(m: NDArray[np.int64], c: NDArray[np.int64], n: int, p: float, q: float, *, upper: bool) -> Any:
+    """Upper bounds on P(C >= c) (``upper``) or P(C <= c), C ~ Binomial(m, p) + Binomial(n - m, q), per row.
+
+    P(C <= c) is P(n - C >= n - c), n - C ~ Binomial(m, 1 - p) + Binomial(n - m, 1 - q). Then
+    P(C >= c) = sum_x P(X = x) P(Y >= c - x), X the summand of smaller variance and Y the other;
+    x runs over X's mean +- (7 sd + 8) and P(X outside that window) is added, so the result
+    bounds the tail from above whatever the window.
+    """
+    from scipy import stats
+
+    if not upper:
+        return _support_tail_bound(m, n - c, n, 1.0 - p, 1.0 - q, upper=True)
+    sd_a = np.sqrt(m * (p * (1 - p)))
+    sd_b = np.sqrt((n - m) * (q * (1 - q)))
+    by_a = sd_a <= sd_b
+    trials = np.where(by_a, m, n - m)
+    prob = np.where(by_a, p, q)
+    other_trials = n - trials
+    other_prob = np.where(by_a, q, p)
+    half = np.ceil(7 * np.minimum(sd_a, sd_b) + 8)
+    first = np.maximum(0, np.floor(trials * prob - half)).astype(np.int64)
+    last = np.minimum(trials, np.ceil(trials * prob + half)).astype(np.int64)
+    out = stats.binom.cdf(first - 1, trials, prob) + stats.binom.sf(last, trials, prob)
+    # P(Y >= c - x) for x = first + j: P(Y > c - first) plus Y's pmf summed from c - first down.
+    base = stats.binom.sf(c - first, other_trials, other_prob)
+    order = np.argsort(last - first, kind="stable")  # rows of similar width share a chunk
+    widths = (last - first + 1)[order]
+    start = 0
+    while start < order.size:
+        # the widest row of a chunk is its last; at most about 2**20 cells per chunk
+        stop = start + max(1, int(np.searchsorted(widths[start:] * np.arange(1, order.size - start + 1), 2**20)))
+        rows = order[start:stop]
+        width = int(widths[stop - 1])
+        offset = np.arange(width)[None, :]
+        x = first[rows, None] + offset
+        inside = x <= last[rows, None]
+        t, r = trials[rows, None], prob[rows, None]
+        s, w = other_trials[rows, None], other_prob[rows, None]
+        y = c[rows, None] - x  # Y's value for each x: falls by one per step
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # log pmfs by their ratio recurrences from one exact anchor per row (W terms, not W special
+            # function calls); a degenerate probability (0 or 1 in floating point) goes the direct way.
+            regular = (r > 0) & (r < 1) & (w > 0) & (w < 1)
+            step_x = np.log(np.maximum(t - x + 1, 1)) - np.log(x) + (np.log(r) - np.log1p(-r))
+            step_x[:, :1] = 0.0
+            log_px = stats.binom.logpmf(first[rows, None], t, r) + np.cumsum(np.where(inside, step_x, 0.0), axis=1)
+            anchor = np.clip(y[:, :1], 0, s)
+            in_support = (y >= 0) & (y <= s)
+            step_y = np.log(y + 1.0) - np.log(s - y) + (np.log1p(-w) - np.log(w))  # log pY(y) - log pY(y + 1)
+            step_y = np.where(in_support & (y < anchor), step_y, 0.0)
+            log_py = stats.binom.logpmf(anchor, s, w) + np.cumsum(step_y, axis=1)
+            py = np.where(in_support & inside, np.exp(log_py), 0.0)
+            survival = base[rows, None] + np.cumsum(py, axis=1)
+            terms = np.where(inside, np.exp(log_px) * np.minimum(survival, 1.0), 0.0)
+            direct = ~regular[:, 0]
+            if np.any(direct):
+                d = np.flatnonzero(direct)
+                exact_px = stats.binom.pmf(x[d], t[d], r[d])
+                exact_sy = stats.binom.sf(y[d] - 1, s[d], w[d])
+                terms[d] = np.where(inside[d], exact_px * exact_sy, 0.0)
+        out[rows] += np.sum(terms, axis=1)
+        start = stop
+    return out
+
+
+def _boundary(start: NDArray[np.int64], step: NDArray[np.int64], end: int, rejects: Any) -> NDArray[np.int64]:
+    """Per row, the kept m nearest ``end`` before a monotone test starts rejecting, searched from ``start``.
+
+    The test rejects every m beyond some boundary in the direction of ``end`` (-1 or n + 1, where all
+    is rejected); ``rejects(m, rows)`` tests candidates of the given rows at once. Probes gallop from
+    ``start`` towards ``end`` (steps ``step``, doubling) until one is rejected, then bisect; a row
+    moves past m only once m is kept or a probe beyond it is rejected, so the answer is never short
+    of the true boundary when ``rejects`` only says True where the test certainly rejects.
+    """
+    sign = 1 if end > 0 else -1
+    kept = start.copy()  # not known rejected: the answer is at least this far out
+    rejected = np.full(start.shape, end, dtype=np.int64)
+    step = np.maximum(step, 1)
+    galloping = np.ones(start.shape, dtype=bool)
+    while True:
+        rows = np.flatnonzero(sign * (rejected - kept) > 1)
+        if rows.size == 0:
+            return kept
+        gallop = galloping[rows]
+        probe = np.where(gallop, kept[rows] + sign * step[rows], (kept[rows] + rejected[rows]) // 2)
+        beyond = sign * (probe - rejected[rows]) >= 0  # the gallop overshot the known-rejected end
+        probe = np.where(beyond, (kept[rows] + rejected[rows]) // 2, probe)
+        galloping[rows[beyond]] = False
+        out = np.asarray(rejects(probe, rows), dtype=bool)
+        rejected[rows[out]] = probe[out]
+        galloping[rows[out]] = False
+        kept[rows[~out]] = probe[~out]
+        step[rows] *= 2
+
+
 class FrequencyOracle(LocalRandomizer, ABC):
     """Shared interface: ``randomize``, ``estimate``, ``variance``, ``confidence_interval``, ``guarantee``."""
 
@@ -245,17 +345,54 @@ class FrequencyOracle(LocalRandomizer, ABC):
         return float(self.variance(m)) / (m * m)
 
     def confidence_interval(self, reports: LocalReports, alpha: float = 0.05) -> NDArray[np.float64]:
-        """Two-sided (1 - alpha) normal-approximation intervals on each count, shape (k, 2).
+        """Two-sided (1 - alpha) intervals on each category's true count, shape (k, 2): exact, conservative.
 
-        Conservative variance: the exact variance at the largest plausible true count (the
-        estimate clipped to [0, n]), since Var grows with n_v when 1 - p - q > 0.
+        Each report supports category v independently, with probability p if its sender holds v and
+        q otherwise, so the support count is C_v ~ Binomial(n_v, p) + Binomial(n - n_v, q), a law
+        known for every candidate count n_v. The interval holds the counts m in 0..n that neither
+        one-sided exact test rejects at level alpha/2 (P_m(C_v >= c) <= alpha/2 or
+        P_m(C_v <= c) <= alpha/2, c the observed count): Clopper & Pearson's (1934) inversion, for
+        this law. Both tails are monotone in m (p > q), so the set is an interval, found by bisection;
+        the tails are bounded from above (the neglected mass of the summed binomial is added, with
+        a margin for rounding), so each interval covers its count with probability >= 1 - alpha for
+        every n, epsilon and true count (a normal approximation does not when n q is small).
+        Bounds are integers in [0, n]; the estimate may lie outside (it can be negative).
+
+        >>> from dpkit.noise import InsecureSeededRandom
+        >>> oracle = KRR(2, 5.0)
+        >>> oracle.confidence_interval(oracle.randomize(np.zeros(22, dtype=int), rng=InsecureSeededRandom(0))).tolist()
+        [[22.0, 22.0], [0.0, 0.0]]
         """
         level = check_probability("alpha", alpha, open_low=True, open_high=True)
-        estimates = self.estimate(reports)
-        n = len(reports)
-        worst = np.clip(estimates, 0, n) if self._one_minus_p_minus_q > 0 else np.zeros_like(estimates)
-        half = _normal_quantile(level) * np.sqrt(self.variance(n, worst))
-        return np.stack([estimates - half, estimates + half], axis=1)
+        return self._count_intervals(self.support_counts(reports), len(reports), level)
+
+    def _count_intervals(self, support: NDArray[np.int64], n: int, alpha: float) -> NDArray[np.float64]:
+        """The (k, 2) intervals of :meth:`confidence_interval` from the support counts of n reports."""
+        unique, inverse = np.unique(np.asarray(support, dtype=np.int64), return_inverse=True)
+        p, q = self.p, self.q
+        estimate = np.clip(np.nan_to_num((unique - n * q) / self._gap), 0, n)
+        # First probes about two normal-approximation half-widths out (then doubling).
+        spread = np.sqrt(estimate * p * (1 - p) + (n - estimate) * q * (1 - q)) / self._gap
+        step = (2 * _normal_quantile(alpha) * spread + 1).astype(np.int64)
+        threshold = _threshold(alpha, n)
+        # Lower bound: P_m(C >= c) grows with m (p > q); every m below the boundary is rejected.
+        lower = _boundary(
+            np.ceil(estimate).astype(np.int64),
+            step,
+            -1,
+            lambda m, rows: _support_tail_bound(m, unique[rows], n, p, q, upper=True) <= threshold,
+        )
+        # Upper bound: P_m(C <= c) falls as m grows; every m above the boundary is rejected.
+        upper = _boundary(
+            np.floor(estimate).astype(np.int64),
+            step,
+            n + 1,
+            lambda m, rows: _support_tail_bound(m, unique[rows], n, p, q, upper=False) <= threshold,
+        )
+        # The two tests cannot both reject one m, but their accepted sets may just fail to meet
+        # (discreteness): the hull of the two ends is then returned (wider, still valid).
+        low, high = np.minimum(lower, upper), np.maximum(lower, upper)
+        return np.stack([low, high], axis=1).astype(np.float64)[inverse.reshape(-1)]
 
     @abstractmethod
     def transition_matrix(self) -> NDArray[np.float64]:

@@ -81,11 +81,15 @@ def check_integer_values(name: str, value: Any) -> NDArray[np.int64]:
 
     The range is checked on the input's own dtype: a uint64 of 2**63 or an int64 of -2**63
     would otherwise wrap (or overflow ``abs``) on the way to int64 and pass as another number.
+    An empty answer is refused by name, whatever its dtype, as the grid mechanisms (Laplace,
+    Gaussian, Staircase) refuse one: a query answer has at least one coordinate.
     """
     check_unmasked(name, value)
     array = check_data(name, value, integer=True)
+    if array.size == 0:
+        raise InvalidParameterError(name, value, "must hold at least one integer (an empty query answer)")
     too_low = array.dtype.kind == "i" and array.min() <= -MAX_INTEGER_VALUE
-    if array.size and (array.max() >= MAX_INTEGER_VALUE or too_low):
+    if array.max() >= MAX_INTEGER_VALUE or too_low:
         raise InvalidParameterError(name, value, "must contain integers with |value| < 2**62")
     return array.astype(np.int64)
 

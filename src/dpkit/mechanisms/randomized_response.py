@@ -64,8 +64,11 @@ class RandomizedResponse(Mechanism):
     under ``NeighbourRelation.REPLACE_ONE`` (one person's value changed), i.e. epsilon-LDP.
 
     ``categories``: the labels of the domain (default ``(False, True)``: binary randomized
-    response, Warner 1965), or ``k``: the domain is the indices 0..k-1. ``release`` takes one
-    value or an array/sequence of values (vectorized) and returns the same shape.
+    response, Warner 1965), any distinct hashable values, or ``k``: the domain is the indices
+    0..k-1. ``release`` takes one value or an array/sequence of values (vectorized) and returns
+    the same shape. A tuple that is a label is one value (``release((0, 1))`` with the label
+    ``(0, 1)`` returns one label); a batch of tuple labels is a list of them, released as a 1-d
+    object array.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> rr = RandomizedResponse(epsilon=1.0, categories=["a", "b", "c"])
@@ -99,6 +102,8 @@ class RandomizedResponse(Mechanism):
         warn_if_risky(self._epsilon)
         self._epsilon_exact = as_fraction(self._epsilon)
         self._index = None if self._labels is None else {label: i for i, label in enumerate(self._labels)}
+        # Tuple labels (hashable, so accepted) need their own reading of a batch: see _flatten.
+        self._tuple_labels = self._labels is not None and any(isinstance(label, tuple) for label in self._labels)
 
     # -- parameters --------------------------------------------------------------------------
 
@@ -147,14 +152,20 @@ class RandomizedResponse(Mechanism):
             raise InvalidParameterError(name, values, "must be a category or an array of categories")
         if self._index is None:
             array = np.asarray(values)
+            if array.size == 0 and array.dtype.kind == "f":
+                array = array.astype(np.int64)  # an empty list is an empty batch, as with labels
             if array.dtype.kind not in "iu" or isinstance(values, bool | np.bool_):
                 raise InvalidParameterError(name, values, f"must be integer category indices in 0..{self._k - 1}")
             if np.any(array < 0) or np.any(array >= self._k):
                 raise InvalidParameterError(name, values, f"must be integer category indices in 0..{self._k - 1}")
             return array.astype(np.int64).reshape(-1), array.shape, array.ndim == 0
-        single = not isinstance(values, list | tuple | np.ndarray)
-        flat = [values] if single else list(np.asarray(values, dtype=object).reshape(-1))
-        shape = () if single else np.asarray(values, dtype=object).shape
+        if self._tuple_labels:
+            flat, shape = self._flatten(name, values)
+            single = shape == ()
+        else:
+            single = not isinstance(values, list | tuple | np.ndarray)
+            flat = [values] if single else list(np.asarray(values, dtype=object).reshape(-1))
+            shape = () if single else np.asarray(values, dtype=object).shape
         out = np.empty(len(flat), dtype=np.int64)
         for i, value in enumerate(flat):
             index = self._lookup(value)
@@ -162,6 +173,21 @@ class RandomizedResponse(Mechanism):
                 raise InvalidParameterError(name, value, f"must be one of the categories {self._labels!r}")
             out[i] = index
         return out, shape, single
+
+    def _flatten(self, name: str, values: Any) -> tuple[list[Any], tuple[int, ...]]:
+        """The labels in ``values`` and their shape, when some labels are tuples.
+
+        numpy would read a tuple label as a sequence of values, so the batch is walked by hand: a
+        value that is a label is one value (even a tuple), a list, tuple or array of them is a batch.
+        """
+        if self._lookup(values) is not None or not isinstance(values, list | tuple | np.ndarray):
+            return [values], ()
+        parts = [self._flatten(name, item) for item in values]
+        shapes = {shape for _flat, shape in parts}
+        if len(shapes) > 1:
+            raise InvalidParameterError(name, values, "must be a label or a regular array of labels")
+        inner = shapes.pop() if shapes else ()
+        return [label for flat, _shape in parts for label in flat], (len(parts), *inner)
 
     def _lookup(self, value: Any) -> int | None:
         assert self._index is not None

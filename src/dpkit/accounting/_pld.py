@@ -13,9 +13,12 @@ How this module keeps the answer a *certified* upper bound (``pessimistic=True``
    Ghazi, Kamath, Kumar & Manurangsi 2022, Sec. 3): ``delta`` is convex in ``x = e^eps``, so the
    chord through the exact points ``(e^(j h), delta(j h))`` lies above it; that chord is the
    hockey-stick curve of a grid-supported PLD which we compute exactly. The discrete PLD thus
-   *dominates* the true one for every eps (below the grid the chord runs to (0, 1); above it the
-   remaining delta is put at +inf). Unlike rounding losses up, this has no per-step bias, so
-   the error does not grow like ``count * h``.
+   *dominates* the true one for every eps (below the grid the chord runs to (0, 1 - P(L = +inf));
+   above it the remaining delta is put at +inf). Finitely many losses are split atom by atom
+   (``_split_atoms``), the same chord without its rounding noise; a large-sigma discrete Gaussian
+   goes through its tails (Euler-Maclaurin, remainder bounded), in memory independent of sigma.
+   Unlike rounding losses up, this has no per-step bias, so the error does not grow like
+   ``count * h``.
 2. Dominance survives composition (Zhu, Dong & Wang 2022, "Optimal accounting of differential
    privacy via characteristic function", Thm. 10): ``delta_{A*B}(eps) = E_A[delta_B(eps - L)]``
    with a non-decreasing integrand.
@@ -51,6 +54,14 @@ yet small: the whole mass at +inf is 2.6e-13 for ten Gaussian events at discreti
 ``tail_mass`` per step), so deltas down to about 1e-11 (1e-10 for DP-SGD) are answered tightly
 (``bench/accounting_tiny_delta.py``). It replaced an allowance of 1e-15 per grid point, not a
 proved bound, under which every delta below about 5e-10 answered infinity.
+
+Where direct summation is cheap (one event used once; a few events of small or sparse support,
+such as pure or approximate DP composed hundreds of times, up to ``_DIRECT_BUDGET`` multiply-adds)
+no FFT runs: convolving non-negative masses directly has only relative rounding, which is bounded
+and rounded up mass by mass (``_compose_exactly``), so nothing is moved to +inf for it. The floor
+that remains there is the truncation of unbounded losses, ``tail_mass`` (1e-15) per distinct event
+at +inf, plus at most ``tail_mass * 1e-3`` per trimming of negligible ends: one Gaussian answers
+delta(10) = 1e-15 (exact 1e-22), 100 x 0.5-DP answers delta(50) = 2e-19 (exact 0).
 """
 
 from __future__ import annotations
@@ -213,8 +224,43 @@ def _discrete_laplace_pair(scale: float, sensitivity: int) -> _Pair:
     return _atoms_pair(losses, masses)
 
 
+#: From this sigma on a discrete Gaussian is not summed atom by atom (80 sigma atoms: 0.8 M here,
+#: 1 GB of arrays at sigma = 1e5) but through :func:`_discrete_gaussian_tail`, in bounded memory.
+_SUMMED_SIGMA_LIMIT = 1e4
+
+#: Largest root of the Hermite polynomial He_4(u) = u^4 - 6 u^2 + 3 (sqrt(3 + sqrt 6) = 2.3344...).
+_HE4_ROOT = 2.3345
+
+
+def _discrete_gaussian_tail(m: FloatArray, sigma: float) -> tuple[FloatArray, FloatArray]:
+    """``(T, R)``: P(Z >= m) for Z ~ N_Z(0, sigma^2) and integers m is within R of T.
+
+    Euler-Maclaurin to order 4 for f(x) = e^(-x^2 / 2 sigma^2) (e.g. DLMF 2.10.1; Apostol 1999):
+    sum_{z >= m} f(z) = int_m^inf f + f(m)/2 - f'(m)/12 + f^(3)(m)/720 + R, |R| <= (1/720)
+    int_m^inf |f^(4)|, and f^(k)(x) = (-1/sigma)^k He_k(x/sigma) f(x). Divided by the normaliser
+    sum_z f(z) = sigma sqrt(2 pi) (1 + 2 sum_k e^(-2 pi^2 sigma^2 k^2)) (Poisson summation; the
+    sum is below e^(-1e9) for sigma >= _SUMMED_SIGMA_LIMIT, so sigma sqrt(2 pi) is exact to far
+    below float64), with u = m / sigma and phi the standard normal density:
+    T = Phi(-u) + phi(u)/sigma (1/2 + u/(12 sigma) - He_3(u)/(720 sigma^3)) and
+    R = sigma^-4 / 720 int_u^inf |He_4| phi, which is He_3(u) phi(u) past He_4's largest root
+    (d/du (He_3 phi) = -He_4 phi) and at most sqrt(E He_4^2) = sqrt(24) < 4.9 before it. So R is
+    relatively O(u^4 / sigma^4) in the tails and below 7e-19 anywhere for sigma >= 1e4.
+    """
+    u = m / sigma
+    inverse = 1.0 / sigma
+    with np.errstate(invalid="ignore", over="ignore"):
+        density = np.exp(-0.5 * u * u) / math.sqrt(2.0 * math.pi)
+        hermite3 = np.where(density > 0, u * (u * u - 3.0), 0.0)
+        correction = density * inverse * (0.5 + u * inverse / 12.0 - hermite3 * inverse**3 / 720.0)
+    tail = _norm_sf(u) + np.where(density > 0, correction, 0.0)
+    remainder = inverse**4 / 720.0 * np.where(u >= _HE4_ROOT, hermite3 * density, 4.9)
+    return tail, remainder
+
+
 def _discrete_gaussian_pair(sigma: float, sensitivity: int) -> _Pair:
     # P = s + Z, Q = Z, Z ~ N_Z(0, sigma^2) (Canonne, Kamath & Steinke 2020): L(y) = (2 y s - s^2)/(2 sigma^2).
+    if sigma >= _SUMMED_SIGMA_LIMIT:
+        return _large_discrete_gaussian_pair(sigma, sensitivity)
     # Exact by summation over the integers; beyond 40 sigma the mass is below e^-800.
     reach = int(math.ceil(40.0 * sigma)) + 2
     z = np.arange(-reach, reach + 1, dtype=np.float64)
@@ -223,6 +269,52 @@ def _discrete_gaussian_pair(sigma: float, sensitivity: int) -> _Pair:
     y = z + sensitivity  # P(y) = weights(z)
     losses = (2.0 * y * sensitivity - sensitivity * sensitivity) / (2.0 * sigma * sigma)
     return _atoms_pair(losses, weights)
+
+
+def _large_discrete_gaussian_pair(sigma: float, sensitivity: int) -> _Pair:
+    """The discrete Gaussian's pair through its tails: L > eps <=> y > t = sigma^2 eps / s + s/2,
+    P(L > eps) = P(Z >= floor(t - s) + 1), Q(L > eps) = P(Z >= floor(t) + 1) (Canonne, Kamath &
+    Steinke 2020, Thm. 7). P's tail is rounded up and Q's down by the Euler-Maclaurin remainder,
+    so delta = P - e^eps Q is an upper bound at every grid point and the chord through it
+    dominates the pair; with no atoms nothing of size sigma is built."""
+
+    def tails(eps: FloatArray) -> tuple[FloatArray, FloatArray]:
+        eps = np.asarray(eps, dtype=np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            t = np.where(np.isfinite(eps), sigma * sigma * eps / sensitivity + 0.5 * sensitivity, eps)
+        t = np.nan_to_num(t, nan=-np.inf)
+        p_tail, p_error = _discrete_gaussian_tail(np.floor(t - sensitivity) + 1.0, sigma)
+        q_tail, q_error = _discrete_gaussian_tail(np.floor(t) + 1.0, sigma)
+        p_tail = np.where(t == -np.inf, 1.0, np.where(t == np.inf, 0.0, p_tail + p_error))
+        q_tail = np.where(t == -np.inf, 1.0, np.where(t == np.inf, 0.0, q_tail - q_error))
+        return np.clip(p_tail, 0.0, 1.0), np.clip(q_tail, 0.0, 1.0)
+
+    return _Pair(tails, low=-math.inf, high=math.inf)
+
+
+def _coarse_discrete_gaussian_pair(sigma: float, sensitivity: int, buckets: int = 2**20) -> _Pair:
+    """Atoms for a large-sigma discrete Gaussian, for the subsampling of atoms: the integers in
+    [-40 sigma, 40 sigma] cut into ``buckets`` runs of consecutive z, each run one atom at its
+    largest loss (losses rounded up: a dominating PLD) with its P-mass rounded up by the
+    Euler-Maclaurin remainder (more mass only raises delta). Losses move up by at most
+    80 s / (sigma buckets), 8e-9 s at sigma = 1e4. The rounding leaves Q-mass 1 - sum p e^-l (at most
+    about that shift) where P has none, which the "add" direction of Poisson subsampling puts at
+    its largest loss: delta there is looser by up to about 5e-10 than for the continuous Gaussian."""
+    reach = math.ceil(40.0 * sigma)
+    width = math.ceil((2 * reach + 1) / buckets)
+    edges = -reach + width * np.arange(buckets + 1, dtype=np.float64)  # run k: edges[k] <= z < edges[k+1]
+    lower, upper = edges[:-1], edges[1:]
+    # sum over [a, b) = T(a) - T(b); for b <= 0 mirrored, = T(1 - b) - T(1 - a), to keep precision.
+    mirrored = upper <= 0
+    start = np.where(mirrored, 1.0 - upper, lower)
+    stop = np.where(mirrored, 1.0 - lower, upper)
+    tail_start, error_start = _discrete_gaussian_tail(start, sigma)
+    tail_stop, error_stop = _discrete_gaussian_tail(stop, sigma)
+    masses = np.maximum(tail_start - tail_stop + error_start + error_stop, 0.0)
+    y = upper - 1.0 + sensitivity  # the run's largest y, hence its largest loss
+    losses = (2.0 * y * sensitivity - sensitivity * sensitivity) / (2.0 * sigma * sigma)
+    keep = masses > 0
+    return _atoms_pair(losses[keep], masses[keep])
 
 
 def _subsampled_gaussian_pair(q: float, sigma: float, *, remove: bool) -> _Pair:
@@ -406,16 +498,48 @@ def _discretise(pair: _Pair, h: float, tail_mass: float, pessimistic: bool) -> _
         if math.isfinite(pair.low):  # all finite losses are >= low >= the grid start
             probs[0] += max(0.0, 1.0 - pair.infinity_mass - float(p_tail[0]))
         return _trim(_Pld(j_low, np.maximum(probs, 0.0), pair.infinity_mass), tail_mass, pessimistic)
+    if pair.atoms is not None:
+        return _trim(_split_atoms(*pair.atoms, pair.infinity_mass, h), tail_mass, pessimistic)
     # Connect the dots (Doroshenko et al. 2022, Alg. 1): the chord of delta(x), x = e^eps, through
-    # the exact grid values; its slope jumps are the grid masses times e^-eps.
+    # the exact grid values; its slope jumps are the grid masses times e^-eps. d is the finite
+    # part's delta, so at x = 0 it is that part's P-mass, 1 - P(L = +inf) (not 1: starting there
+    # would add the +inf mass once more at the bottom of the grid).
     d = _delta_of(pair, eps) - pair.infinity_mass
     x = np.exp(eps)
     slopes = np.empty(len(eps) + 1)
-    slopes[0] = (d[0] - 1.0) / x[0]  # chord from (0, 1): delta(-inf) = 1
+    slopes[0] = (d[0] - (1.0 - pair.infinity_mass)) / x[0]  # chord from (0, 1 - P(L = +inf))
     slopes[1:-1] = (d[1:] - d[:-1]) / (x[:-1] * math.expm1(h))
     slopes[-1] = 0.0  # above the grid, the remaining d[-1] sits at +inf
     probs = np.maximum(x * (slopes[1:] - slopes[:-1]), 0.0)
     return _trim(_Pld(j_low, probs, pair.infinity_mass + float(d[-1])), tail_mass, pessimistic)
+
+
+def _split_atoms(losses: FloatArray, masses: FloatArray, infinity: float, h: float) -> _Pld:
+    """Connect the dots for finitely many losses, atom by atom (Doroshenko et al. 2022, Sec. 3).
+
+    Between two grid points the chord replaces the atoms by masses at both ends with the same P-
+    and Q-mass: an atom p at l = l_j + a, 0 <= a <= h, becomes p (1 - e^-a) / (1 - e^-h) at l_{j+1}
+    and the rest at l_j. Same PLD as the chord through the tails, without its rounding noise
+    (which leaves masses of ~1e-13 at every grid point in between), so the support stays as
+    sparse as the atoms and :func:`_compose_exactly` can use it. Atoms that float rounding puts
+    a hair (1e-9 h) off a grid point are not split over two: one just below goes up to it (a
+    larger loss: pessimistic); one just above keeps p e^-a at it and puts p (1 - e^-a) <= 1e-9 h p
+    at +inf, the chord between l_j and +inf (same P- and Q-mass, so it dominates as well).
+    """
+    below = np.floor(losses / h)
+    offset = np.clip(losses - below * h, 0.0, h)
+    hair = 1e-9 * h
+    offset = np.where(offset >= h - hair, h, offset)
+    just_above = (offset > 0) & (offset <= hair)
+    up = np.clip(masses * (np.expm1(-offset) / math.expm1(-h)), 0.0, masses)
+    up = np.where(just_above, 0.0, up)
+    lifted = np.where(just_above, -masses * np.expm1(-offset), 0.0)
+    j_low = int(below.min())
+    probs = np.zeros(int(below.max()) - j_low + 2)
+    index = (below - j_low).astype(np.int64)
+    np.add.at(probs, index, masses - up - lifted)
+    np.add.at(probs, index + 1, up)
+    return _Pld(j_low, probs, infinity + float(np.sum(lifted)))
 
 
 # -- composition -----------------------------------------------------------------------------------
@@ -445,8 +569,114 @@ def _fold(probs: FloatArray, n: int) -> FloatArray:
     return np.asarray(padded.reshape(-1, n).sum(axis=0))
 
 
+#: Most multiply-adds :func:`_compose_exactly` spends (about 20 ms; np.convolve runs near 5e9 a second)
+#: before leaving the work to the FFT.
+_DIRECT_BUDGET = 1e8
+
+
+def _strided(pld: _Pld) -> tuple[int, int, FloatArray] | None:
+    """``(first, stride, values)``: the nonzero masses of ``pld`` lie at ``first + stride k``
+    (stride 0 for a single one); ``values[k]`` is the mass there. None when all masses are 0."""
+    nonzero = np.flatnonzero(pld.probs)
+    if len(nonzero) == 0:
+        return None
+    stride = int(np.gcd.reduce(np.diff(nonzero))) if len(nonzero) > 1 else 0
+    values = pld.probs[nonzero[0] : nonzero[-1] + 1 : max(stride, 1)]
+    return pld.start + int(nonzero[0]), stride, np.asarray(values, dtype=np.float64)
+
+
+def _powers_cost(length: int, count: int) -> tuple[float, int]:
+    """Multiply-adds and result length of ``count``-fold self-convolution by repeated squaring."""
+    cost, result, square = 0.0, 0, length
+    while count:
+        if count & 1:
+            cost += float(result) * square
+            result = square if result == 0 else result + square - 1
+        count >>= 1
+        if count:
+            cost += float(square) * square
+            square = 2 * square - 1
+    return cost, result
+
+
+def _compose_exactly(parts: list[tuple[_Pld, int]], tail_mass: float, pessimistic: bool) -> _Pld | None:
+    """The convolution of ``pld ** count`` over ``parts`` by direct summation, where that is cheap.
+
+    Direct convolution of non-negative masses (repeated squaring for the powers, on the common
+    stride of the supports, so that the c-fold composition of a pure DP pair costs O(c^2) on its
+    c + 1 atoms) has no cancellation: every computed mass is within a relative gamma_k = k u /
+    (1 - k u) of the exact sum of its k products whatever the order of summation (Higham 2002,
+    Sec. 3.1 and 4.2), and such errors compose multiplicatively. The pessimistic result multiplies
+    every mass by 1 + 2 rho + 4u >= 1 / ((1 - rho)(1 - u)), rho the accumulated relative bound,
+    which can only raise delta; no mass is moved to +inf, so no floor is paid (a lone event used
+    once is returned as it is). None when the work would exceed ``_DIRECT_BUDGET`` multiply-adds
+    or the grid ``_MAX_GRID_POINTS``: the FFT is used then.
+    """
+    strided = [(_strided(p), c) for p, c in parts]
+    if any(s is None for s, _c in strided):
+        return None
+    stride = 0
+    for s, _c in strided:
+        stride = math.gcd(stride, s[1])  # type: ignore[index]
+    stride = max(stride, 1)
+    expanded: list[tuple[FloatArray, int]] = []
+    cost, length, start = 0.0, 0, 0
+    for s, c in strided:
+        first, own, values = s  # type: ignore[misc]
+        if own > stride:  # re-express on the common stride
+            spaced = np.zeros((len(values) - 1) * (own // stride) + 1)
+            spaced[:: own // stride] = values
+            values = spaced
+        part_cost, part_length = _powers_cost(len(values), c)
+        cost += part_cost + float(length) * part_length
+        length = part_length if length == 0 else length + part_length - 1
+        start += c * first
+        expanded.append((values, c))
+    if cost > _DIRECT_BUDGET:
+        return None
+    u = float(np.finfo(np.float64).eps) / 2
+
+    def convolve(a: tuple[FloatArray, float], b: tuple[FloatArray, float]) -> tuple[FloatArray, float]:
+        k = min(len(a[0]), len(b[0]))
+        gamma = k * u / (1 - k * u)  # k products summed (one product: its rounding, u)
+        return np.convolve(a[0], b[0]), (1 + a[1]) * (1 + b[1]) * (1 + gamma) - 1
+
+    total: tuple[FloatArray, float] | None = None
+    for values, c in expanded:
+        power: tuple[FloatArray, float] | None = None
+        square: tuple[FloatArray, float] = (values, 0.0)
+        while c:
+            if c & 1:
+                power = square if power is None else convolve(power, square)
+            c >>= 1
+            if c:
+                square = convolve(square, square)
+        if power is not None:
+            total = power if total is None else convolve(total, power)
+    if total is None:
+        raise InternalError("nothing to compose")
+    values, relative = total
+    if pessimistic and relative > 0:
+        values = values * (1 + 2 * relative + 4 * u)
+    infinity = 0.0
+    if any(p.infinity > 0 for p, _c in parts):
+        # 1 - prod (1 - inf_p)^c_p, each step within a few u: rounded up by a relative 2 (k + 6) u.
+        exact = -math.expm1(sum(c * math.log1p(-p.infinity) for p, c in parts))
+        infinity = min(1.0, exact * (1 + 2 * (len(parts) + 6) * u) if pessimistic else exact)
+    trimmed = _trim(_Pld(0, values, infinity), tail_mass, pessimistic)  # on the stride, before spreading
+    if (len(trimmed.probs) - 1) * stride + 1 > _MAX_GRID_POINTS:
+        return None
+    probs = np.zeros((len(trimmed.probs) - 1) * stride + 1)
+    probs[::stride] = trimmed.probs
+    return _Pld(start + trimmed.start * stride, probs, trimmed.infinity)
+
+
 def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pessimistic: bool) -> _Pld:
-    """The convolution of ``pld ** count`` over ``parts``, in one inverse FFT (Koskela et al. 2020)."""
+    """The convolution of ``pld ** count`` over ``parts``: directly where that is cheap (see
+    :func:`_compose_exactly`), else in one inverse FFT (Koskela et al. 2020)."""
+    exactly = _compose_exactly(parts, tail_mass, pessimistic)
+    if exactly is not None:
+        return exactly
     base = sum(p.start * c for p, c in parts)
     top = sum((p.start + len(p.probs) - 1) * c for p, c in parts)
     survive = 1.0
@@ -766,7 +996,7 @@ class PLDAccountant(PrivacyAccountant):
                 if q == 1.0:
                     return _laplace_pair(inner.noise_multiplier)
                 return _subsampled_laplace_pair(q, inner.noise_multiplier, remove=remove)
-            inner_atoms = self._atoms(inner)
+            inner_atoms = self._atoms(inner, coarse=True)
             if inner_atoms is not None:
                 return _subsampled_atoms_pair(q, inner_atoms, remove=remove)
         if isinstance(event, SampledWithoutReplacementEvent):
@@ -791,16 +1021,18 @@ class PLDAccountant(PrivacyAccountant):
                 return _laplace_pair(inner.noise_multiplier)
             base = _subsampled_laplace_pair(q, inner.noise_multiplier, remove=True)
         else:
-            inner_atoms = self._atoms(inner)
+            inner_atoms = self._atoms(inner, coarse=True)
             if inner_atoms is None:
                 return None
             if q == 1.0:
-                return inner_atoms
+                return self._atoms(inner)
             base = _subsampled_atoms_pair(q, inner_atoms, remove=True)
         return _symmetrised_pair(base)
 
     @staticmethod
-    def _atoms(event: PrivacyEvent) -> _Pair | None:
+    def _atoms(event: PrivacyEvent, *, coarse: bool = False) -> _Pair | None:
+        # ``coarse``: the subsampling of atoms needs atoms, so a large-sigma discrete Gaussian is
+        # given its coarse (pessimistic) atoms; alone it keeps the tighter pair through its tails.
         pair: _Pair | None = None
         if isinstance(event, PureDPEvent):
             pair = _randomized_response_pair(event.epsilon, 2)
@@ -813,7 +1045,10 @@ class PLDAccountant(PrivacyAccountant):
         elif isinstance(event, DiscreteGaussianEvent):
             if float(event.sensitivity) != int(event.sensitivity):
                 return None
-            pair = _discrete_gaussian_pair(event.sigma, int(event.sensitivity))
+            if coarse and event.sigma >= _SUMMED_SIGMA_LIMIT:
+                pair = _coarse_discrete_gaussian_pair(event.sigma, int(event.sensitivity))
+            else:
+                pair = _discrete_gaussian_pair(event.sigma, int(event.sensitivity))
         if pair is None:
             return None
         return pair

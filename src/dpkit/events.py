@@ -167,7 +167,9 @@ class ComposedEvent(PrivacyEvent):
     """Several events run on the same data, one after the other.
 
     A list is accepted and copied into a tuple: the event stays an immutable, hashable value,
-    so changing the caller's list later cannot rewrite an accountant's history.
+    so changing the caller's list later cannot rewrite an accountant's history. It must hold at
+    least one event: an empty composition describes no release, and accountants read a
+    composition through its parts.
     """
 
     events: tuple[PrivacyEvent, ...]
@@ -177,6 +179,8 @@ class ComposedEvent(PrivacyEvent):
             isinstance(event, PrivacyEvent) for event in self.events
         ):
             raise InvalidParameterError("events", self.events, "must be a tuple of PrivacyEvent")
+        if not self.events:
+            raise InvalidParameterError("events", self.events, "must hold at least one PrivacyEvent")
         object.__setattr__(self, "events", tuple(self.events))
 
 

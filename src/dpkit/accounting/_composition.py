@@ -20,6 +20,7 @@ zCDP or PLD accountant for them.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterable
 from fractions import Fraction
 from typing import Self
@@ -28,7 +29,7 @@ import numpy as np
 
 from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
-from dpkit._validation import as_fraction, check_delta, check_integer
+from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive
 from dpkit.accounting._base import PrivacyAccountant, _flatten
 from dpkit.events import (
     ApproxDPEvent,
@@ -357,26 +358,31 @@ def optimal_composition_delta(epsilon: float, delta: float, count: int, target_e
 
     The sum runs over l < (k eps - t) / (2 eps); at t = (k - 2i) eps it is KOV's delta_i.
     Computed in log space (gammaln, logsumexp), so k = 10^4 and beyond are fast.
+
+    ``epsilon`` must be finite and > 0, ``delta`` in [0, 1), ``count`` an integer >= 1 and
+    ``target_epsilon`` >= 0 (``inf`` gives the delta atoms alone, 1 - (1-delta)^k); anything else
+    raises InvalidParameterError.
     """
-    k = count
-    log_norm = k * math.log1p(math.exp(epsilon)) if epsilon < 30 else k * (epsilon + math.log1p(math.exp(-epsilon)))
-    limit = (k * epsilon - target_epsilon) / (2.0 * epsilon)
+    eps = check_epsilon(epsilon)
+    dlt = check_delta(delta)
+    k = check_integer("count", count, minimum=1)
+    target = check_positive("target_epsilon", target_epsilon, allow_zero=True, allow_inf=True)
+    # Term l is positive where gap = (k - 2l) eps - t > 0, i.e. l < (k - t/eps) / 2 (no overflow of k eps).
+    limit = (k - target / eps) / 2.0
     top = min(k, math.ceil(limit) + 1) if limit > 0 else 0
+    mass = 0.0
     if top > 0:
         ell = np.arange(top, dtype=np.float64)
-        log_first = (k - ell) * epsilon  # log of e^{(k-l) eps}
-        log_second = target_epsilon + ell * epsilon  # log of e^t e^{l eps}
-        keep = log_first > log_second
-        ell, log_first, log_second = ell[keep], log_first[keep], log_second[keep]
-    if top > 0 and ell.size:
-        log_choose = special.gammaln(k + 1.0) - special.gammaln(ell + 1.0) - special.gammaln(k - ell + 1.0)
-        log_terms = log_choose + log_first + np.log(-np.expm1(log_second - log_first)) - log_norm
-        mass = float(np.exp(special.logsumexp(log_terms)))
-    else:
-        mass = 0.0
-    mass = min(mass, 1.0)
+        with np.errstate(over="ignore"):  # l eps and (k - 2l) eps may pass the float range: -inf / inf terms
+            gap = (k - 2 * ell) * eps - target
+            ell, gap = ell[gap > 0], gap[gap > 0]
+            if ell.size:
+                log_choose = special.gammaln(k + 1.0) - special.gammaln(ell + 1.0) - special.gammaln(k - ell + 1.0)
+                # p^{k-l} q^l = e^{-l eps} / (1 + e^{-eps})^k; (1 - e^{-gap}) keeps only the positive part.
+                log_terms = log_choose - ell * eps - k * math.log1p(math.exp(-eps)) + np.log(-np.expm1(-gap))
+                mass = min(float(np.exp(special.logsumexp(log_terms))), 1.0)
     # 1 - (1-delta)^k (1 - mass), without cancellation.
-    log_keep = k * math.log1p(-delta) + (math.log1p(-mass) if mass < 1.0 else -math.inf)
+    log_keep = k * math.log1p(-dlt) + (math.log1p(-mass) if mass < 1.0 else -math.inf)
     return -math.expm1(log_keep)
 
 
@@ -407,9 +413,19 @@ class OptimalAccountant(PrivacyAccountant):
         self._count = 0
 
     def compose(self, event: PrivacyEvent, count: int = 1) -> Self:
-        """Record ``count`` runs of ``event``; refuse, unchanged, beyond :attr:`max_count` releases in all."""
+        """Record ``count`` runs of ``event``; refuse, unchanged, beyond :attr:`max_count` releases in all.
+
+        An event whose epsilon is beyond the float range (``LaplaceEvent(1e-320)``) is refused with
+        InvalidParameterError: the profile is evaluated in floating point.
+        """
         repeats = check_integer("count", count, minimum=1)
         added = sum(times for _, times in _flatten(event, repeats)) if isinstance(event, PrivacyEvent) else 0
+        for atom in _events_in(event) if isinstance(event, PrivacyEvent) else []:
+            pair = fixed_privacy(atom, self.neighbours)
+            if pair is not None and not math.isfinite(_float_up(pair[0])):
+                raise InvalidParameterError(
+                    "event", event, "must have an epsilon within the float range (OptimalAccountant computes in floats)"
+                )
         if self._count + added > self.max_count:
             raise InvalidParameterError(
                 "count",
@@ -430,7 +446,11 @@ class OptimalAccountant(PrivacyAccountant):
 
     def _supports_atomic(self, event: PrivacyEvent) -> bool:
         pair = fixed_privacy(event, self.neighbours)
-        return pair is not None and (self._pair is None or pair == self._pair)
+        if pair is None or (self._pair is not None and pair != self._pair):
+            return False
+        # The profile is evaluated in floats: an epsilon beyond the float range (LaplaceEvent(1e-320))
+        # is refused here rather than failing every later query with OverflowError.
+        return math.isfinite(_float_up(pair[0]))
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:
         self._pair = fixed_privacy(event, self.neighbours)
@@ -459,6 +479,8 @@ class OptimalAccountant(PrivacyAccountant):
         k = self._count
         magnitude = float(special.gammaln(k + 1.0)) + k * (eps + math.log1p(math.exp(min(eps, 700.0))))
         margin = self._margin + 16 * 2.2e-16 * (magnitude + abs(target_epsilon))
+        if not margin < 1.0:  # k eps beyond the float range: no digit of the sum is reliable
+            return 1.0
         return min(1.0, round_up(value * (1 + margin)))
 
     def _delta(self, epsilon: float) -> float:
@@ -472,6 +494,8 @@ class OptimalAccountant(PrivacyAccountant):
         if self._raw_delta(0.0) <= delta:
             return 0.0
         high = _float_up(eps * self._count)
+        if not math.isfinite(high):  # k eps beyond the float range: search up to the largest float
+            high = sys.float_info.max
         if self._raw_delta(high) > delta:
             # Below 1 - (1 - delta)^k nothing can be certified: the delta atoms alone exceed it.
             return basic

@@ -21,7 +21,7 @@ import math
 from collections.abc import Callable
 from fractions import Fraction
 
-from dpkit._errors import BudgetExceededError, InvalidParameterError
+from dpkit._errors import BudgetExceededError, InvalidParameterError, UnsupportedEventError
 from dpkit._validation import check_delta, check_integer, check_positive
 from dpkit.accounting._base import PrivacyAccountant
 from dpkit.accounting._composition import BasicAccountant
@@ -38,6 +38,12 @@ class PrivacyFilter:
     accountant that composes the releases (default: exact basic composition under the
     budget's neighbour relation). A PureDP budget is met when the accountant's epsilon at
     delta = 0 is within it; an ApproxDP(eps, delta) budget when its epsilon at ``delta`` is.
+
+    A filter admits a release only on a certified upper bound: an accountant whose answers are
+    approximations (``certified = False``, such as SaddlePointAccountant) is refused when the
+    filter is built, and a release after which the accountant is no longer certified (a
+    subsampled event in GDPAccountant, read through the central limit theorem, which can
+    understate epsilon) raises UnsupportedEventError and changes nothing.
 
     >>> from dpkit.events import PureDPEvent
     >>> budget = PrivacyFilter(PureDP(1.0))
@@ -74,6 +80,12 @@ class PrivacyFilter:
             )
         if accountant.history:
             raise InvalidParameterError("accountant_factory", accountant_factory, "must return an empty accountant")
+        if not accountant.certified:
+            raise InvalidParameterError(
+                "accountant_factory",
+                accountant_factory,
+                "must make a certified accountant (certified=True): a filter cannot admit releases on an approximation",
+            )
         if accountant.neighbours is not budget.neighbours:
             raise InvalidParameterError(
                 "accountant_factory",
@@ -93,14 +105,25 @@ class PrivacyFilter:
             )
         return accountant.epsilon(self.budget.delta) <= self.budget.epsilon
 
+    def _composed(self, event: PrivacyEvent, count: int) -> PrivacyAccountant:
+        """A copy of the accountant with ``event`` composed; refused if its answer is not certified."""
+        candidate = copy.deepcopy(self._accountant)
+        candidate.compose(event, check_integer("count", count, minimum=1))  # a refusal leaves self untouched
+        if not candidate.certified:
+            raise UnsupportedEventError(
+                f"{type(candidate).__name__} can only approximate the privacy of {event!r} (certified=False), "
+                "and a filter admits releases only on certified bounds; use PLDAccountant or RDPAccountant"
+            )
+        return candidate
+
     def spend(self, event: PrivacyEvent, count: int = 1) -> None:
         """Record ``count`` runs of ``event``, or raise BudgetExceededError and change nothing.
 
-        An event the accountant cannot interpret raises UnsupportedEventError (also unchanged).
+        An event the accountant cannot interpret, or can only approximate (its ``certified``
+        turns False), raises UnsupportedEventError (also unchanged).
         """
         repeats = check_integer("count", count, minimum=1)
-        candidate = copy.deepcopy(self._accountant)
-        candidate.compose(event, repeats)  # a refusal here leaves self untouched
+        candidate = self._composed(event, repeats)
         if not self._fits(candidate):
             raise BudgetExceededError(
                 self._requested(event, repeats),
@@ -118,10 +141,11 @@ class PrivacyFilter:
         return True
 
     def can_spend(self, event: PrivacyEvent, count: int = 1) -> bool:
-        """Whether :meth:`spend` would accept the event now (a dry run; nothing is recorded)."""
-        candidate = copy.deepcopy(self._accountant)
-        candidate.compose(event, check_integer("count", count, minimum=1))
-        return self._fits(candidate)
+        """Whether :meth:`spend` would accept the event now (a dry run; nothing is recorded).
+
+        Raises UnsupportedEventError where :meth:`spend` would.
+        """
+        return self._fits(self._composed(event, count))
 
     def _requested(self, event: PrivacyEvent, count: int) -> object:
         alone = self._factory()

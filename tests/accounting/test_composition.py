@@ -125,13 +125,14 @@ def test_fixed_privacy_of_each_event() -> None:
 
 
 def test_group_privacy() -> None:
-    # Seed 000: (eps, delta) gives (K eps, K e^{K eps} delta) for groups of K.
+    # (eps, delta) gives (K eps, delta sum_{i<K} e^{i eps}) for groups of K (within seed 000's K e^{K eps} delta).
     relation = NeighbourRelation.ADD_REMOVE
     assert fixed_privacy(GroupEvent(PureDPEvent(0.25), 4), relation) == (Fraction(1), 0)
     eps, dlt = fixed_privacy(GroupEvent(ApproxDPEvent(0.5, 1e-6), 3), relation)  # type: ignore[misc]
     assert eps == Fraction(3, 2)
-    assert float(dlt) >= 3 * math.exp(1.5) * 1e-6
-    assert float(dlt) == pytest.approx(3 * math.exp(1.5) * 1e-6, rel=1e-12)
+    tight = (1 + math.exp(0.5) + math.exp(1.0)) * 1e-6
+    assert float(dlt) >= tight * (1 - 1e-15)
+    assert float(dlt) == pytest.approx(tight, rel=1e-12)
     # A group of a composite: compose first, then group.
     nested = GroupEvent(SelfComposedEvent(LaplaceEvent(10.0), 5), 2)
     assert fixed_privacy(nested, relation) == (Fraction(1), 0)

@@ -72,11 +72,16 @@ def test_relations_must_match():
 
 
 def test_group_privacy_matches_seed_000():
-    # seed 000, Prop. (Group-DP): (eps, delta) -> (K eps, K e^{K eps} delta)
+    # Chaining the definition along K neighbours: (eps, delta) -> (K eps, delta sum_{i<K} e^{i eps}),
+    # within seed 000's Prop. (Group-DP) bound (K eps, K e^{K eps} delta); a group of one is itself.
     grouped = ApproxDP(0.5, 1e-6).group(3)
     assert grouped.epsilon == 1.5
-    assert grouped.delta_exact >= Fraction(3 * math.exp(1.5)) * Fraction(1, 10**6)
-    assert grouped.delta < 3 * math.exp(1.5) * 1e-6 * (1 + 1e-12)
+    tight = (1 + math.exp(0.5) + math.exp(1.0)) * 1e-6  # 5.367...e-6 (was 3 e^1.5 1e-6 = 1.34e-5)
+    assert tight * (1 - 1e-15) <= grouped.delta < tight * (1 + 1e-12)
+    assert grouped.delta < 3 * math.exp(1.5) * 1e-6
+    assert ApproxDP(0.5, 1e-6).group(1) == ApproxDP(0.5, 1e-6)
+    replaced = ApproxDP(1.0, 1e-6).under(NeighbourRelation.REPLACE_ONE)  # a removal then an addition
+    assert replaced.epsilon == 2.0 and replaced.delta == pytest.approx((1 + math.e) * 1e-6, rel=1e-12)
     assert PureDP(0.5).group(4) == PureDP(2.0)
     assert ZCDP(0.1).group(3).rho == pytest.approx(0.9)
 

@@ -86,25 +86,28 @@ def test_zcdp_to_approx_of_a_rho_below_the_float_range_is_certified_not_a_crash(
 @pytest.mark.parametrize(
     ("epsilon", "delta", "k"), [(52.8, 4.831531465383279e-277, 12), (345.1, 1e-301, 2), (0.1, 1e-300, 6000)]
 )
-def test_group_delta_is_at_least_k_e_to_the_k_epsilon_delta(epsilon, delta, k):
-    """Catches ApproxDP.group understating delta: math.exp of the rounded k * epsilon (~700) came
-    out 9e-14 relative low (52.8, 4.83e-277, k=12)."""
+def test_group_delta_is_at_least_the_chained_bound(epsilon, delta, k):
+    """Catches ApproxDP.group understating delta sum_{i<k} e^{i epsilon}: math.exp of the rounded
+    k * epsilon (~700) came out 9e-14 relative low (52.8, 4.83e-277, k=12)."""
     grouped = ApproxDP(epsilon, delta).group(k)
-    truth = k * mpmath.exp(k * _mp(Fraction(repr(epsilon)))) * _mp(Fraction(repr(delta)))
+    exact_epsilon = _mp(Fraction(repr(epsilon)))
+    truth = mpmath.expm1(k * exact_epsilon) / mpmath.expm1(exact_epsilon) * _mp(Fraction(repr(delta)))
     assert truth <= _mp(grouped.delta_exact) <= truth * (1 + mpmath.mpf(10) ** -12)
     assert grouped.epsilon_exact == k * Fraction(repr(epsilon))
 
 
 def test_group_beyond_the_exp_range_is_exact_or_refused_by_name():
     """Catches OverflowError from math.exp when k * epsilon > 709 although delta stays < 1."""
-    assert ApproxDP(740, 5e-324).group(1).delta_exact >= _mp(Fraction(repr(5e-324))) * mpmath.exp(740)
+    assert ApproxDP(740, 5e-324).group(2).delta_exact >= _mp(Fraction(repr(5e-324))) * (1 + mpmath.exp(740))
     tiny = ApproxDP(1.0, Fraction(1, 10**1000)).group(1000)
-    truth = 1000 * mpmath.exp(1000) * mpmath.mpf(10) ** -1000
+    truth = mpmath.expm1(1000) / mpmath.expm1(1) * mpmath.mpf(10) ** -1000
     assert truth <= _mp(tiny.delta_exact) <= truth * (1 + mpmath.mpf(10) ** -30)
     with pytest.raises(InvalidParameterError, match="size"):
         ApproxDP(1.0, 1e-300).group(10**6)
+    replaced = ApproxDP(400, 1e-300).under(NeighbourRelation.REPLACE_ONE)  # (1 + e^400) 1e-300 < 1
+    assert _mp(replaced.delta_exact) >= (1 + mpmath.exp(400)) * _mp(Fraction(repr(1e-300)))
     with pytest.raises(InvalidParameterError, match="size"):
-        ApproxDP(400, 1e-300).under(NeighbourRelation.REPLACE_ONE)
+        ApproxDP(700, 1e-300).under(NeighbourRelation.REPLACE_ONE)  # (1 + e^700) 1e-300 > 1
 
 
 @pytest.mark.parametrize(

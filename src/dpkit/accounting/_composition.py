@@ -102,7 +102,8 @@ def fixed_privacy(event: PrivacyEvent, neighbours: NeighbourRelation) -> tuple[F
 
 
 def _group(pair: tuple[Fraction, Fraction], size: int) -> tuple[Fraction, Fraction] | None:
-    """Group privacy (seed 000): (eps, delta) -> (K eps, K e^{K eps} delta), rounded up; None if delta >= 1."""
+    """Group privacy (``ApproxDP.group``): (eps, delta) -> (K eps, delta sum_{i<K} e^{i eps}), rounded up; None
+    if delta >= 1."""
     eps, dlt = pair
     if dlt == 0:
         return eps * size, Fraction(0)

@@ -200,3 +200,25 @@ def test_identical_laws_give_no_evidence():
             rng=InsecureSeededRandom(seed),
         )
         assert result.epsilon_lower_bound == 0.0
+
+
+def test_on_grid_reads_the_bits_at_every_scale():
+    """Each answer equals the exact one (Fraction): scaling by 2^-exponent overflowed (1e300 on the
+    grid of 2^-60 was reported off the grid, with a RuntimeWarning) or underflowed."""
+    from fractions import Fraction
+
+    generator = np.random.default_rng(7)
+    values = [1e300, 2.0**1000, 3.0, 1.0, 0.0, -0.0, 2.0**-1074, 5 * 2.0**-1074, 0.1, -1.75, 1.7976931348623157e308]
+    values += [
+        float(x) * 2.0 ** int(e)
+        for x, e in zip(generator.integers(-(10**6), 10**6, 200), generator.integers(-1050, 950, 200), strict=True)
+    ]
+    for value in values:
+        if value == 0.0:
+            continue
+        exact = Fraction(value)  # numerator / 2^j: the value's lowest set bit is 2^(trailing zeros - j)
+        exact_power = (exact.numerator & -exact.numerator).bit_length() - exact.denominator.bit_length()
+        for exponent in (exact_power - 1, exact_power, exact_power + 1, -2000, -60, 0, 2000):
+            expected = (Fraction(value) / Fraction(2) ** exponent).denominator == 1
+            assert on_grid([value], exponent) is expected, (value, exponent)
+    assert on_grid([0.0, -0.0], 5000) is True

@@ -561,6 +561,8 @@ def on_grid(outputs: Any, exponent: int) -> bool:
     True
     >>> on_grid(np.array([0.1]), -2)
     False
+    >>> on_grid([1e300], -60), on_grid([3.0], -2000), on_grid([2.0**-1074], -1074), on_grid([2.0**-1074], -1073)
+    (True, True, True, False)
     """
     k = check_integer("exponent", exponent)
     try:
@@ -572,5 +574,12 @@ def on_grid(outputs: Any, exponent: int) -> bool:
     values = values.astype(np.float64)
     if not np.all(np.isfinite(values)):
         return False
-    scaled = np.ldexp(values, -k)  # exact unless it underflows, which then fails the check
-    return bool(np.all(scaled == np.rint(scaled)) and np.all(np.ldexp(scaled, k) == values))
+    # v = s 2^(e - 53) with an integer significand s (|s| < 2^53): v is a multiple of 2^k iff v = 0 or
+    # its lowest set bit, 2^(e - 53 + trailing zeros of s), is at least 2^k. Read from the bits, not by
+    # scaling v by 2^-k, which overflowed (1e300 on the grid of 2^-60) or underflowed.
+    fraction, power = np.frexp(values)
+    significand = np.abs(np.ldexp(fraction, 53)).astype(np.int64)
+    nonzero = significand != 0
+    lowest = np.where(nonzero, significand & -significand, 1)
+    trailing = np.log2(lowest.astype(np.float64)).astype(np.int64)  # exact: a power of two
+    return bool(np.all(~nonzero | (power.astype(np.int64) - 53 + trailing >= k)))

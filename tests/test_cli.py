@@ -11,7 +11,29 @@ def test_sample_prints_integers(capsys):
 
 def test_bad_scale_is_a_clear_error(capsys):
     assert main(["sample", "--mechanism", "geometric", "--scale", "-1"]) == 2
-    assert "scale: got -1.0" in capsys.readouterr().err
+    assert "dpkit: --scale: got -1.0" in capsys.readouterr().err
+    assert main(["sample", "--mechanism", "discrete_gaussian", "--scale", "nan"]) == 2
+    assert "dpkit: --scale: got nan" in capsys.readouterr().err  # (the sampler says 'sigma')
+
+
+def test_refusals_name_the_option_given(tmp_path, capsys):
+    """A bad --budget is named --budget (it was reported as --epsilon or --delta, options the user
+    gave correctly or not at all), and a --delta the ledger's budget cannot take is --delta."""
+    from dpkit.engine import Ledger
+    from dpkit.guarantees import ApproxZCDP
+
+    data = tmp_path / "people.csv"
+    data.write_text("pid,region\n1,East\n2,West\n")
+    query = ["query", str(data), "SELECT region, COUNT(*) FROM people GROUP BY region", "--privacy-unit", "pid"]
+    query += ["--keys", "region=East,West", "--epsilon", "0.1", "--ledger", str(tmp_path / "new.db")]
+    for spec, part in [("epsilon=nan", "epsilon"), ("epsilon=1,delta=1", "delta"), ("rho=0", "rho")]:
+        assert main([*query, "--budget", spec]) == 2
+        assert capsys.readouterr().err.startswith(f"dpkit: --budget: got {spec!r}; its {part} ")
+    ledger = tmp_path / "zcdp.db"
+    with Ledger(ledger, budget=ApproxZCDP(0.5, 0.5), analyst="qa"):
+        pass
+    assert main(["budget", "--ledger", str(ledger), "--delta", "0.5"]) == 2
+    assert capsys.readouterr().err.startswith("dpkit: --delta: got 0.5")
 
 
 def test_demo_runs(capsys):

@@ -112,12 +112,15 @@ _SAMPLE_CHUNK = 1 << 16
 
 
 def _sample(args: argparse.Namespace) -> int:
-    from dpkit import noise
+    from dpkit import InvalidParameterError, noise
     from dpkit._validation import check_integer
 
     total = check_integer("-n", args.n, minimum=0)
     sampler = getattr(noise, args.mechanism)
-    sampler(args.scale, 0)  # checks --scale before anything is printed
+    try:
+        sampler(args.scale, 0)  # checks --scale before anything is printed
+    except InvalidParameterError as error:  # named as the option (the sampler says 'scale' or 'sigma')
+        raise InvalidParameterError("--scale", args.scale, error.allowed) from None
     written = 0
     while written < total:
         size = min(_SAMPLE_CHUNK, total - written)
@@ -350,7 +353,10 @@ def _as_approx(guarantee: Any, delta: float | None) -> Any:
     if delta is None:
         return None
     if isinstance(guarantee, ZCDP | ApproxZCDP):
-        return guarantee.to_approx(delta)
+        try:
+            return guarantee.to_approx(delta)
+        except InvalidParameterError as error:  # named as the option (the API says 'delta')
+            raise InvalidParameterError("--delta", delta, error.allowed) from None
     if isinstance(guarantee, ApproxDP) and guarantee.epsilon_exact == 0 and guarantee.delta_exact == 0:
         return guarantee  # nothing (an empty zCDP ledger)
     raise InvalidParameterError("--delta", delta, "converts the budget of a zCDP or approximate zCDP ledger only")

@@ -477,3 +477,17 @@ def test_bernoulli_logistic_decides_the_top_word_exactly():
     assert bool(bernoulli_logistic(50, 1, 1, rng=_Scripted([top], then_zeros=True))[0])
     # Followed by all-one bits, U is within 2^-2560 of 1, above p: the trial fails.
     assert not bool(bernoulli_logistic(50, 1, 1, rng=_Scripted([top] * 40))[0])
+
+
+@pytest.mark.parametrize("sigma", [1e-170, 1e-300, 5e-324])
+def test_discrete_gaussian_below_the_square_root_of_the_smallest_float_is_zero_without_warnings(sigma):
+    """sigma^2 underflows to 0 there: the acceptance step divided by it (0/0 at Y = 0, four
+    RuntimeWarnings on stderr); P(X != 0) is below e^-1e300, so every draw is 0."""
+    import warnings
+
+    from dpkit.noise import InsecureSeededRandom, discrete_gaussian
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        draws = discrete_gaussian(sigma, 2000, rng=InsecureSeededRandom(3))
+    assert draws.tolist() == [0] * 2000

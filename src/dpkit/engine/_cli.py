@@ -18,6 +18,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from dpkit._errors import BudgetExceededError, InvalidParameterError, PostProcessingError
@@ -175,15 +176,19 @@ def parse_budget(spec: str) -> Guarantee:
         if not equals or name not in ("epsilon", "delta", "rho") or name in parts:
             raise InvalidParameterError("--budget", spec, _BUDGET_FORMS)
         parts[name] = _number("--budget", value)
-    if set(parts) == {"epsilon"}:
-        return PureDP(parts["epsilon"])
-    if set(parts) == {"epsilon", "delta"}:
-        return ApproxDP(parts["epsilon"], parts["delta"])
-    if set(parts) == {"rho"}:
-        return ZCDP(parts["rho"])
-    if set(parts) == {"rho", "delta"}:
-        return ApproxZCDP(parts["rho"], parts["delta"])
-    raise InvalidParameterError("--budget", spec, _BUDGET_FORMS)
+    kinds: dict[frozenset[str], Callable[[], Guarantee]] = {
+        frozenset({"epsilon"}): lambda: PureDP(parts["epsilon"]),
+        frozenset({"epsilon", "delta"}): lambda: ApproxDP(parts["epsilon"], parts["delta"]),
+        frozenset({"rho"}): lambda: ZCDP(parts["rho"]),
+        frozenset({"rho", "delta"}): lambda: ApproxZCDP(parts["rho"], parts["delta"]),
+    }
+    make = kinds.get(frozenset(parts))
+    if make is None:
+        raise InvalidParameterError("--budget", spec, _BUDGET_FORMS)
+    try:
+        return make()
+    except InvalidParameterError as error:  # named by --budget, not as the query's own --epsilon / --delta
+        raise InvalidParameterError("--budget", spec, f"its {error.name} {error.allowed}") from None
 
 
 def _default_budget(args: argparse.Namespace) -> Guarantee:

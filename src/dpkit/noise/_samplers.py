@@ -387,8 +387,13 @@ def discrete_gaussian(
         candidates = discrete_laplace(float(t), batch, rng=source, constant_time=constant_time)
         magnitude = np.abs(candidates).astype(np.float64)
         distance = magnitude - shift
-        gamma = distance * distance / (2.0 * sigma_sq)
-        gamma_error = _REL_MARGIN * ((magnitude + shift) ** 2 / (2.0 * sigma_sq) + gamma) + 1e-300
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # (sigma^2 underflows to 0 below sigma ~ 1e-162: then gamma is +inf for |Y| > 0, a sure
+            # rejection, and 0/0 at Y = 0, where the true gamma, sigma^2 / (2 t^2), is below 1e-300)
+            gamma = distance * distance / (2.0 * sigma_sq)
+            gamma_error = _REL_MARGIN * ((magnitude + shift) ** 2 / (2.0 * sigma_sq) + gamma) + 1e-300
+        unknown = np.isnan(gamma)
+        gamma[unknown], gamma_error[unknown] = 0.0, 1e-300
 
         def exact_gamma(index: int, _c: NDArray[np.int64] = candidates) -> Fraction:
             d = abs(int(_c[index])) - shift_exact

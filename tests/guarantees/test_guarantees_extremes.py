@@ -179,3 +179,22 @@ def test_events_refuse_a_missing_relation_or_a_non_sequence(build):
     skip their relation check and account it under replace-one), and TypeError for events=5."""
     with pytest.raises(InvalidParameterError):
         build()
+
+
+def test_refusals_name_the_argument_at_fault():
+    """Found by the guarantees QA helper: each refusal named something else (the composed delta
+    Fraction(1, 1) as 'delta', a phantom 'guarantee' parameter, a delta of 0.0 never given)."""
+    from dpkit.guarantees import ApproxZCDP
+
+    for guarantee in (ApproxDP(0.1, 0.2), ApproxZCDP(0.1, 0.2)):
+        with pytest.raises(InvalidParameterError) as info:
+            guarantee * 5
+        assert info.value.name == "count" and info.value.value == 5
+        assert (guarantee * 4).delta == pytest.approx(0.8)
+    with pytest.raises(InvalidParameterError) as info:
+        ApproxDP(1, 1e-5).within(ApproxZCDP(1, 0.5))
+    assert info.value.name == "budget"
+    with pytest.raises(InvalidParameterError) as info:
+        ApproxZCDP.from_approx(1.0, 5e-324)
+    assert info.value.name == "delta" and info.value.value == 5e-324
+    assert ApproxZCDP.from_approx(1.0, 5e-324, selection_share=0).delta == 0.0

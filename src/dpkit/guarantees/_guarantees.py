@@ -211,7 +211,7 @@ class ApproxDP:
         return compose(self, other)
 
     def __mul__(self, count: int) -> ApproxDP:
-        k = check_integer("count", count, minimum=1)
+        k = _composable_count(count, self.delta_exact)
         return ApproxDP(self.epsilon_exact * k, self.delta_exact * k, self.neighbours)  # type: ignore[arg-type]
 
     __rmul__ = __mul__
@@ -400,7 +400,7 @@ class ApproxZCDP:
         return compose(self, other)
 
     def __mul__(self, count: int) -> ApproxZCDP:
-        k = check_integer("count", count, minimum=1)
+        k = _composable_count(count, self.delta_exact)
         return ApproxZCDP(self.rho_exact * k, self.delta_exact * k, self.neighbours)  # type: ignore[arg-type]
 
     __rmul__ = __mul__
@@ -486,6 +486,12 @@ class ApproxZCDP:
             raise InvalidParameterError("selection_share", selection_share, "must be in [0, 1): the rest converts rho")
         selection = total * as_fraction(share)
         conversion = float_at_most(total - selection)  # selection + conversion stays <= delta exactly
+        if conversion <= 0:
+            raise InvalidParameterError(
+                "delta",
+                delta,
+                "is too small to share: the part left to convert rho underflows to 0 (give selection_share=0)",
+            )
         target = ApproxDP(eps, total, neighbours)  # type: ignore[arg-type]
 
         def fits(rho: float) -> bool:
@@ -562,6 +568,14 @@ def zcdp_parts(guarantee: object, name: str = "guarantee") -> tuple[Fraction, Fr
     )
 
 
+def _composable_count(count: int, delta: Fraction) -> int:
+    """``count`` as an integer >= 1 whose count-fold basic composition keeps delta < 1 (refused by name)."""
+    k = check_integer("count", count, minimum=1)
+    if delta * k >= 1:
+        raise InvalidParameterError("count", count, f"composes delta to {k} x {float(delta):g} >= 1; it must stay < 1")
+    return k
+
+
 def _within(spent: Guarantee, budget: Guarantee) -> bool:
     if not isinstance(budget, PureDP | ApproxDP | ZCDP | ApproxZCDP):
         raise InvalidParameterError(
@@ -569,6 +583,12 @@ def _within(spent: Guarantee, budget: Guarantee) -> bool:
         )
     _same_relation(spent, budget)
     if isinstance(budget, ApproxZCDP):
+        if isinstance(spent, ApproxDP):
+            raise InvalidParameterError(
+                "budget",
+                budget,
+                "an approximate zCDP budget holds zCDP and pure DP only; (epsilon, delta)-DP is not zCDP",
+            )
         rho, delta = zcdp_parts(spent)
         return rho <= budget.rho_exact and delta <= budget.delta_exact
     if isinstance(spent, ApproxZCDP):

@@ -860,6 +860,14 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
     unsupported_casts: set[int] = set()  # id(cast) DuckDB cannot make (a date or time to a number)
     for try_node in tree.find_all(exp.Try):
         for node in try_node.this.walk():
+            if _unsigned_beside_integers(node, types):
+                raise InvalidParameterError(
+                    "condition",
+                    filters.get(id(try_node), try_node.this.sql(dialect="duckdb")),
+                    "cannot run on the Spark backend as on DuckDB: it computes with a cast to an unsigned integer "
+                    "type beside integers, which DuckDB types by rules of its own (UTINYINT - TINYINT is a BIGINT, "
+                    "UHUGEINT - TINYINT a DOUBLE); cast to BIGINT, DECIMAL or DOUBLE, or use the DuckDB backend",
+                )
             if isinstance(node, exp.Cast):
                 source = _duck_kind(node.this, types)
                 if source in _SPARK_NAMES:
@@ -940,6 +948,25 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                 "simplify it (fewer nested integer operations and casts) or use the DuckDB backend",
             )
     return tree
+
+
+def _unsigned_beside_integers(node: Any, types: Mapping[str, str]) -> bool:
+    """Whether ``node`` computes with a value cast to an unsigned integer type other than in real (DOUBLE,
+    FLOAT or DECIMAL) arithmetic, the case the Spark text gives as DuckDB (``f % CAST(b AS UTINYINT)``)."""
+    from sqlglot import exp
+
+    computed = (exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Greatest, exp.Least, exp.Coalesce)
+    if not isinstance(node, (*computed, exp.Case, exp.If)):
+        return False
+    if isinstance(node, exp.Case):
+        operands = [branch.args.get("true") for branch in node.args["ifs"]] + [node.args.get("default")]
+    elif isinstance(node, exp.If):
+        operands = [node.args.get("true"), node.args.get("false")] if node.arg_key != "ifs" else []
+    else:
+        operands = [node.this, node.args.get("expression"), *(node.args.get("expressions") or [])]
+    if not any(operand is not None and _duck_type(operand, types) == "UNSIGNED" for operand in operands):
+        return False
+    return _duck_type(node, types) not in ("DOUBLE", "FLOAT", "DECIMAL")
 
 
 _INTEGER_RANGES_BY_NAME = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INT", "bigint": "BIGINT"}

@@ -427,3 +427,72 @@ def test_bounds_narrower_than_the_mechanisms_calibrate_for_are_refused_by_name()
     with pytest.raises(dpkit.InvalidParameterError, match=r"bounds\['x'\].*2\*\*-500 apart"):
         session.sql("SELECT SUM(x) FROM data", epsilon=0.5, bounds={"x": (0, 1e-305)})
     assert session.remaining == dpkit.PureDP(1.0)
+
+
+@pytest.mark.parametrize(
+    ("column", "key"), [("big", 2**70), ("big", -(2**63) - 1), ("i32", 2**40), ("i8", 300), ("i8", -129)]
+)
+def test_an_int_key_outside_the_columns_integer_range_is_refused_before_the_debit(column, key):
+    """Found by the engine semantics QA helper: such a key was charged, and the result's pandas,
+    Arrow and Polars forms then raised OverflowError (2**70 on a BIGINT column)."""
+    import pyarrow as pa
+
+    frame = pa.table(
+        {
+            "pid": pa.array(range(10), pa.int64()),
+            "big": pa.array(range(10), pa.int64()),
+            "i32": pa.array(range(10), pa.int32()),
+            "i8": pa.array(range(10), pa.int8()),
+        }
+    )
+    session = E.Session.from_arrow(frame, name="t", privacy_unit="pid", budget=dpkit.ApproxDP(10, 0.5))
+    query = session.table().group_by(column, keys=[1, key]).agg(n=E.count())
+    with pytest.raises(dpkit.InvalidParameterError, match="range"):
+        session.release(query, epsilon=1.0)
+    assert session.remaining == dpkit.ApproxDP(10, 0.5)
+    edge = {"big": 2**63 - 1, "i32": 2**31 - 1, "i8": 127}[column]
+    assert session.release(session.table().group_by(column, keys=[1, edge]).agg(n=E.count()), epsilon=1.0)
+
+
+def test_a_null_key_of_a_binned_column_is_refused():
+    """Found by the engine semantics QA helper: a NULL key of a binned column was allowed and its
+    group counted the rows that fall in no bin, which the Bin's contract says are dropped."""
+    frame = pd.DataFrame({"pid": range(6), "x": [1.0, 6.0, 20.0, -3.0, None, 7.0]})
+    session = E.Session.from_pandas(frame, name="t", privacy_unit="pid", budget=dpkit.ApproxDP(10, 0.5))
+    query = session.table().group_by(bins={"x": [0, 5, 10]}, keys=[None, "[0, 5)", "[5, 10]"]).agg(n=E.count())
+    with pytest.raises(dpkit.InvalidParameterError, match="no NULL bin"):
+        session.release(query, epsilon=1.0)
+    assert session.remaining == dpkit.ApproxDP(10, 0.5)
+
+
+@pytest.mark.parametrize("written", ["log2(x)", "LOG(2, x)", "log10(x)", "LOG(10, x)"])
+def test_base_two_and_ten_logarithms_are_duckdbs_log2_and_log10(written):
+    """Found by the engine semantics QA helper: sqlglot reads LOG2(x) as LOG(2, x), which DuckDB
+    computes as ln(x) / ln(2) (log2(5) gave 2.3219280948873626, DuckDB's log2 2.321928094887362), so
+    derived keys and filters at the boundary differed from plain DuckDB's."""
+    import duckdb
+
+    from dpkit.engine._compiler import aggregation_plan, compile_query, parse_request
+
+    frame = pd.DataFrame({"x": [0.63, 3.0, 5.0, 6.0, 7.0, 11.0, 1e-300, 1e300]})
+    session = E.Session.from_pandas(frame, name="t", privacy_unit=None, budget=dpkit.ApproxDP(1e6, 0.5))
+    query = session.table().with_column("v", written).group_by("v").agg(n=E.count())
+    compiled = compile_query(query.plan, session._context(), parse_request(session.budget, epsilon=1.0, delta=0.1))
+    released = sorted(key[0] for key in session._backend.run(aggregation_plan(compiled, {}, "a salt")).keys)
+    own = "log2" if "2" in written else "log10"
+    plain = sorted(value for (value,) in duckdb.execute(f"SELECT {own}(x) FROM frame").fetchall())
+    assert released == plain
+
+
+def test_released_groups_with_a_nan_key_are_in_key_order():
+    """Found by the engine semantics QA helper: NaN compares false with every key, so sorting left
+    the backend's (salted hash) order: (1.0, nan, 0.5) in one release, another order in the next."""
+    from dpkit.engine._execute import _in_key_order
+
+    nan = float("nan")
+    for keys in ([(1.0,), (nan,), (0.5,)], [(0.5,), (nan,), (1.0,)], [(nan,), (1.0,), (0.5,)], [(None,), (nan,), (2,)]):
+        ordered = [keys[i][0] for i in _in_key_order(keys, list(range(3)))]
+        finite = [value for value in ordered if value is not None and value == value]
+        assert finite == sorted(finite)
+        assert ordered.index(finite[-1]) < [i for i, v in enumerate(ordered) if v != v][0]  # NaN after numbers
+        assert None not in ordered or ordered[-1] is None  # NULL last

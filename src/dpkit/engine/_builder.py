@@ -135,6 +135,15 @@ def _row_expression(condition: object, parameter: str, place: str) -> str:
                 "BETWEEN, LIKE, IS NULL, arithmetic, CAST, CASE, COALESCE and simple string, math and "
                 "date functions): a function that can fail, call out or run long on one row would reveal it",
             )
+    for node in list(tree.find_all(exp.Log)):
+        base = node.this if node.expression is not None else None
+        if isinstance(base, exp.Literal) and not base.is_string and base.this in ("2", "10"):
+            # sqlglot reads LOG2(x) as LOG(2, x), which DuckDB computes as ln(x) / ln(2), off in the
+            # last bit (log2(5) = 2.3219280948873626): written back as DuckDB's own LOG2 / LOG10,
+            # which the Spark text repeats (see _spark_sql.spark_semantics).
+            own = exp.Anonymous(this=f"LOG{base.this}", expressions=[node.expression])
+            tree = own if node is tree else tree
+            node.replace(own)
     return tree.sql(dialect="duckdb")
 
 

@@ -633,6 +633,21 @@ _NS_RANGE = (
 )
 
 
+#: DuckDB's integer types and the values they hold.
+_INTEGER_TYPE_RANGES = {
+    "TINYINT": (-(2**7), 2**7 - 1),
+    "SMALLINT": (-(2**15), 2**15 - 1),
+    "INTEGER": (-(2**31), 2**31 - 1),
+    "BIGINT": (-(2**63), 2**63 - 1),
+    "HUGEINT": (-(2**127), 2**127 - 1),
+    "UTINYINT": (0, 2**8 - 1),
+    "USMALLINT": (0, 2**16 - 1),
+    "UINTEGER": (0, 2**32 - 1),
+    "UBIGINT": (0, 2**64 - 1),
+    "UHUGEINT": (0, 2**128 - 1),
+}
+
+
 def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
     """Why a key of the right Python type still cannot be compared with the column, or None.
 
@@ -651,6 +666,10 @@ def _key_outside_type(info: ColumnInfo, value: Any) -> str | None:
             return "a decimal key has at most 38 digits"
     if isinstance(value, int) and not -(2**127) < value < 2**127:
         return "an int key must lie strictly between -2**127 and 2**127 (the engines' widest integer)"
+    limits = _INTEGER_TYPE_RANGES.get(kind)
+    if limits is not None and isinstance(value, int) and not isinstance(value, bool):
+        if not limits[0] <= value <= limits[1]:
+            return f"an int key must lie in the {kind} column's range [{limits[0]}, {limits[1]}] (no value is outside)"
     decimal_column = kind.startswith(("DECIMAL", "NUMERIC"))
     if isinstance(value, int) and abs(value) >= 2**63 and info.numeric and not info.integer and not decimal_column:
         return "an int key beyond 64 bits cannot be compared with it (write it as a float or a Decimal)"
@@ -974,11 +993,12 @@ def _check_columns(
             raise InvalidParameterError("bins", group.column, f"binning needs a numeric column; it is {info.type}")
         if isinstance(group, Bin) and query.keys is not None:
             for key in query.keys:  # (any other key would be compared with the bins' text labels)
-                if key[position] is not None and not (isinstance(key[position], str) and key[position] in group.labels):
+                if not (isinstance(key[position], str) and key[position] in group.labels):
                     raise InvalidParameterError(
                         "keys",
                         key[position],
-                        f"a key of the binned column {group.name!r} is one of its labels {list(group.labels)}",
+                        f"a key of the binned column {group.name!r} is one of its labels {list(group.labels)} "
+                        "(a value in no bin, NULL included, is dropped: there is no NULL bin)",
                     )
         if not isinstance(group, Bin) and query.keys is not None:
             _check_key_types(group, info, [key[position] for key in query.keys])

@@ -442,8 +442,18 @@ def _plain(column: tuple[Any, ...]) -> bool:
 
 
 def _sort_key(key: tuple[Any, ...]) -> tuple[tuple[int, str, Any], ...]:
-    """Order keys of mixed types and NULLs deterministically (NULL last)."""
-    return tuple((1, "", "") if v is None else (0, type(v).__name__, v) for v in key)
+    """Order keys of mixed types and NULLs deterministically (NaN after the numbers of its type, NULL
+    last: NaN compares false with everything, which left the backend's order in place)."""
+    return tuple(
+        (2, "", "") if v is None else (1, type(v).__name__, 0) if _is_nan(v) else (0, type(v).__name__, v) for v in key
+    )
+
+
+def _is_nan(value: Any) -> bool:
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):  # (a value without an equality of its own, e.g. an array)
+        return False
 
 
 def combine(

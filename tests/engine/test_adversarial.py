@@ -496,3 +496,28 @@ def test_released_groups_with_a_nan_key_are_in_key_order():
         assert finite == sorted(finite)
         assert ordered.index(finite[-1]) < [i for i, v in enumerate(ordered) if v != v][0]  # NaN after numbers
         assert None not in ordered or ordered[-1] is None  # NULL last
+
+
+def test_a_released_count_lies_in_its_interval_of_integers():
+    """Found by the engine accuracy QA helper: at a large epsilon (half-width below 0.5) the rounded
+    count fell outside v +- h (nx = 20, interval [20.0099, 20.3095]); the interval is now the integers
+    within v +- h, with the released count, so the same true counts are covered."""
+    from dpkit.engine._execute import _count_interval
+
+    assert _count_interval(20.16, 0.15, 20) == (20.0, 20.0)
+    assert _count_interval(20.4, 3.0, 20) == (18.0, 23.0)
+    assert _count_interval(-0.7, 0.2, 0) == (0.0, 0.0)
+    frame = pd.DataFrame({"pid": range(40), "grp": ["a", "b"] * 20, "x": [1.0, None] * 20})
+    session = E.Session.from_pandas(frame, name="t", privacy_unit="pid", budget=dpkit.ApproxDP(1e4, 0.5))
+    for seed in range(40):
+        result = session.sql(
+            "SELECT grp, COUNT(x) AS nx, COUNT(*) AS n FROM t GROUP BY grp",
+            keys=["a", "b"],
+            epsilon=20.0,
+            rng=InsecureSeededRandom(seed),
+        )
+        for name in ("nx", "n"):
+            for low, value, high in zip(
+                result.columns[f"{name}_low"], result.columns[name], result.columns[f"{name}_high"], strict=True
+            ):
+                assert low <= value <= high and low == int(low) and high == int(high)

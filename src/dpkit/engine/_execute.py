@@ -350,9 +350,13 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
                 key = f"sum:{nonnull_column(aggregate.column)}"
             h = hw[key]
             noisy = values[key]
-            out[name] = [float(max(0, round(v))) for v in noisy]
-            out[f"{name}_low"] = [max(0.0, v - h) for v in noisy]
-            out[f"{name}_high"] = [max(0.0, v + h) for v in noisy]
+            # The count is an integer: its interval holds the integers within v +- h (the same
+            # coverage) and the released count itself (which v +- h missed where h < 0.5).
+            rounded = [max(0, round(v)) for v in noisy]
+            ends = [_count_interval(v, h, r) for v, r in zip(noisy, rounded, strict=True)]
+            out[name] = [float(r) for r in rounded]
+            out[f"{name}_low"] = [low for low, _ in ends]
+            out[f"{name}_high"] = [high for _, high in ends]
         elif aggregate.kind == "sum":
             key = f"sum:{column}"
             h = hw[key]
@@ -421,6 +425,14 @@ def _bessel(n: float) -> float:
 def _quotients(value: float, half: float, n_low: float, n_high: float) -> list[float]:
     """The corners of [value - half, value + half] / [n_low, n_high] (interval division, n > 0)."""
     return [(value - half) / n_low, (value - half) / n_high, (value + half) / n_low, (value + half) / n_high]
+
+
+def _count_interval(noisy: float, half: float, released: int) -> tuple[float, float]:
+    """The interval of a released count: the integers within ``noisy +- half`` (an integer count is in
+    it exactly when it is in ``noisy +- half``) and ``released``, the rounded count, never below 0."""
+    if not math.isfinite(noisy - half) or not math.isfinite(noisy + half):
+        return max(0.0, noisy - half), max(0.0, noisy + half)
+    return float(max(0, min(math.ceil(noisy - half), released))), float(max(0, math.floor(noisy + half), released))
 
 
 def _in_key_order(keys: list[tuple[Any, ...]], indices: list[int]) -> list[int]:

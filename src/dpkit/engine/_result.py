@@ -319,12 +319,13 @@ class Result:
     statistic (after clamping and contribution bounding) with probability >= 1 - alpha each,
     taken over all groups, released or not: with private keys, a group near the selection
     threshold appears mostly when its noise lifted it, so released small groups' intervals miss
-    more often than alpha; a count's interval is the integers within its noisy value +- the
-    half-width, with the released count; quantiles have no interval on their value (NaN): their accuracy is a rank statement,
-    ``rank_half_width`` in ``budget_split`` (with probability >= 1 - alpha, the number of bounded
-    rows below the released value is within that many rows of ``level * rows``, plus one bin's
-    rows; compare it with the row count to judge a quantile). ``guarantee`` is what the ledger was debited;
-    ``budget_split`` shows how it was divided among the statistics.
+    more often than alpha. A count's interval is the integers within its noisy value +- the
+    half-width, with the released count. Quantiles have no interval on their value (NaN): their
+    accuracy is a rank statement, ``rank_half_width`` in ``budget_split`` (with probability
+    >= 1 - alpha, the number of bounded rows below the released value is within that many rows of
+    ``level * rows``, plus one bin's rows; compare it with the row count to judge a quantile).
+    ``guarantee`` is what the ledger was debited; ``budget_split`` shows how it was divided among
+    the statistics.
     """
 
     columns: dict[str, list[Any]]

@@ -491,3 +491,16 @@ def test_discrete_gaussian_below_the_square_root_of_the_smallest_float_is_zero_w
         warnings.simplefilter("error")
         draws = discrete_gaussian(sigma, 2000, rng=InsecureSeededRandom(3))
     assert draws.tolist() == [0] * 2000
+
+
+def test_discrete_gaussian_samples_up_to_the_largest_sigma():
+    """Found by the selection QA helper: sigma in (2**40 - 1, 2**40] was accepted, then its proposal
+    scale floor(sigma) + 1 = 2**40 + 1 was refused by the discrete Laplace sampler ('scale: got ...')."""
+    from dpkit import DiscreteGaussian
+    from dpkit.noise import InsecureSeededRandom, discrete_gaussian
+
+    draws = discrete_gaussian(2.0**40, 4000, rng=InsecureSeededRandom(2))
+    # |mean| of 4000 draws of sd 2^40: beyond 5.3 standard errors has probability < 1e-6
+    assert abs(float(np.mean(draws))) < 5.3 * 2.0**40 / math.sqrt(4000)
+    assert 0.9 < float(np.std(draws)) / 2.0**40 < 1.1
+    assert isinstance(DiscreteGaussian(1, sigma=2**40).release(0, rng=InsecureSeededRandom(3)), int)

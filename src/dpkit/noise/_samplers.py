@@ -373,7 +373,9 @@ def discrete_gaussian(
     sig = _check_scale("sigma", sigma)
     n = _check_size(size)
     source = resolve_source(rng)
-    t = math.floor(sig) + 1
+    # Any integer t >= 1 gives the exact law (the acceptance cancels Y's e^{-|y|/t}); floor(sigma) + 1
+    # keeps acceptance high, capped at the discrete Laplace sampler's largest scale (sigma up to 2**40).
+    t = min(math.floor(sig) + 1, int(MAX_SCALE))
     sigma_sq = sig * sig
     sigma_sq_exact = Fraction(sig) ** 2
     shift = sigma_sq / t

@@ -89,3 +89,14 @@ def test_tuple_labels_estimate_and_refuse_unknown_values() -> None:
         mechanism.release((2, 2), rng=InsecureSeededRandom(0))
     with pytest.raises(InvalidParameterError):
         mechanism.release([(0, 1), [(0, 1), (1, 0)]], rng=InsecureSeededRandom(0))
+
+
+def test_a_gaussian_whose_noise_outgrows_the_sampler_is_refused_when_built() -> None:
+    """Found by the selection QA helper: Gaussian(1, 1e-15, 1e-15) was built (its interval shown),
+    then every release raised 'sigma: got 3.29e15', a parameter the user never gave."""
+    from dpkit import Gaussian
+
+    with pytest.raises(InvalidParameterError) as info:
+        Gaussian(1.0, 1e-15, 1e-15)
+    assert info.value.name == "epsilon"
+    assert isinstance(Gaussian(1.0, 1e-10, 1e-12).release(0.0, rng=InsecureSeededRandom(0)), float)

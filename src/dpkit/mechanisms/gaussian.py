@@ -50,7 +50,7 @@ from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
 from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like, stack_like
-from dpkit.noise import RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
+from dpkit.noise import MAX_SCALE, RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
 
 optimize = LazyModule("scipy.optimize")
 special = LazyModule("scipy.special")
@@ -321,6 +321,15 @@ class Gaussian(NumericMechanism):
         self._shift_units = self._units_for(self.sensitivity)
         self.effective_sensitivity = math.ldexp(self._shift_units, self.grid_exponent)
         sigma_units = self._calibrate_units()
+        if sigma_units > MAX_SCALE:
+            # (beyond a sensitivity / epsilon of about 2^30 the grid cannot coarsen further than the
+            # sensitivity, so the noise in grid steps outgrows the sampler: refused here, not at release)
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                f"with delta {delta:g} needs {sigma_units:.3g} grid steps of noise, beyond the discrete "
+                f"Gaussian sampler's {MAX_SCALE:g} (2**40): raise epsilon or delta",
+            )
         self._sigma_units = sigma_units
         self.sigma = math.ldexp(sigma_units, self.grid_exponent)  # exact power-of-two rescaling
 

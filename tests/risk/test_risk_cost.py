@@ -85,3 +85,17 @@ def test_bad_input_names_the_parameter(call, name: str) -> None:  # type: ignore
     with pytest.raises(InvalidParameterError) as info:
         call()
     assert info.value.name == name
+
+
+def test_optimal_epsilon_of_several_releases_is_found_whatever_epsilon0() -> None:
+    """Found by the risk QA helper: for k > 1 the search ran linearly from eps0 * 1e-12, so at
+    eps0 = 1e13 it returned 584.9 (budget 0.998) where a grid finds 1.4617 (budget 0.7034)."""
+    import numpy as np
+
+    model = CostModel(1.0)
+    grid = np.geomspace(0.01, 100.0, 20001)
+    best = grid[int(np.argmin([model.expected_budget(e, 1e5, 2) for e in grid]))]
+    for eps0 in (1e5, 1e13, 1e300):
+        found = model.optimal_epsilon(eps0, dimension=2)
+        assert abs(found - best) <= 1e-3 * best, (eps0, found, best)
+        assert model.expected_budget(found, eps0, 2) <= model.expected_budget(best, eps0, 2) + 1e-12

@@ -61,3 +61,13 @@ def test_walkthrough_examples_run() -> None:
     path = pathlib.Path(__file__).resolve().parents[2] / "docs" / "privacy_at_risk.md"
     result = doctest.testfile(str(path), module_relative=False, optionflags=doctest.ELLIPSIS)
     assert result.failed == 0 and result.attempted >= 3
+
+
+def test_an_empty_plot_prefix_is_refused() -> None:
+    """Found by the risk QA helper: ``dpkit risk --plot ''`` exited 0 and wrote nothing."""
+    import pytest
+
+    from dpkit import InvalidParameterError
+
+    with pytest.raises(InvalidParameterError, match="--plot"):
+        cli_main(["--plot", ""])

@@ -72,7 +72,9 @@ class CostModel:
     def expected_budget(self, epsilon: float, epsilon0: float, dimension: int = 1) -> float:
         """Returns a **budget**: ``c_k(eps) E_eps + (1 - c_k(eps)) E_eps0`` (paper, Sec. 5).
 
-        Uses the confidence of :func:`dpkit.risk.laplace_confidence` (``k = dimension``).
+        Uses the confidence of :func:`dpkit.risk.laplace_confidence` (``k = dimension``). An
+        ``epsilon`` above ``epsilon0`` is read as ``epsilon0`` (the mechanism is ``epsilon0``-DP, so
+        the budget is ``E_eps0``, not ``E_eps`` of the larger epsilon).
 
         >>> model = CostModel(550_000.0)
         >>> model.expected_budget(0.5, 0.5) == model.cost(0.5)
@@ -97,8 +99,8 @@ class CostModel:
         ``e^eps + 1 - 2 (e^eps - 1) / eps > 0`` (that is ``eps > 2 tanh(eps / 2)``). So ``h`` is
         strictly increasing, ``B`` decreases then increases, and the root of ``h`` found by
         bracketing (Brent) on ``(0, eps0)`` is the unique minimiser, for every ``E, E_min, c``.
-        For ``k > 1`` the minimiser is found by bounded minimisation of ``B`` and must be checked
-        against a grid by the caller (uniqueness is not proved here).
+        For ``k > 1`` (uniqueness not proved here) the least ``B`` on a grid of step 0.1 in ``log eps``,
+        from ``e^-60 min(eps0, c)`` to ``eps0``, is refined by bounded minimisation between its neighbours.
 
         >>> round(CostModel(550_000.0).optimal_epsilon(0.5), 4)
         0.2741
@@ -118,10 +120,21 @@ class CostModel:
             while g(low) >= 0:  # g -> -inf as eps -> 0: at most ~1100 halvings
                 low /= 2
             return float(optimize.brentq(g, low, eps0, xtol=1e-300, rtol=1e-15, maxiter=500))
+        # k > 1: the least budget on a grid of step 0.1 in log(eps), from e^-60 below both eps0 and the
+        # steepness c (the cost's own scale) up to eps0, then bounded minimisation between the grid's
+        # neighbours of that point (a linear search from eps0 * 1e-12 missed an optimum near 1.46
+        # for eps0 = 1e13, far below its lower end).
+        top = math.log(eps0)
+        bottom = min(top, math.log(float(self.c))) - 60.0
+        logs = np.linspace(bottom, top, int(math.ceil((top - bottom) / 0.1)) + 1)
+        budgets = [self.expected_budget(math.exp(u), eps0, k) for u in logs]
+        best = int(np.argmin(budgets))
+        low, high = math.exp(logs[max(best - 1, 0)]), min(math.exp(logs[min(best + 1, len(logs) - 1)]), eps0)
         result = optimize.minimize_scalar(
             lambda e: self.expected_budget(e, eps0, k),
-            bounds=(eps0 * 1e-12, eps0),
+            bounds=(low, high),
             method="bounded",
-            options={"xatol": eps0 * 1e-10},
+            options={"xatol": low * 1e-10},
         )
-        return float(result.x)
+        found = float(result.x)
+        return found if self.expected_budget(found, eps0, k) <= budgets[best] else math.exp(logs[best])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dpkit._errors import InvalidParameterError
 from dpkit.risk._composition import composition
 from dpkit.risk._cost import CostModel
 from dpkit.risk._laplace import laplace_confidence
@@ -125,6 +126,8 @@ def cli_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--plot", metavar="PREFIX", help="also write PREFIX_cost.png")
     args = parser.parse_args(argv)
+    if args.plot is not None and not args.plot.strip():
+        raise InvalidParameterError("--plot", args.plot, "must be a file prefix (an empty one wrote nothing)")
     numbers = report(args.plot) if args.plot else gdpr_example()
     if args.json:
         print(json.dumps(numbers, sort_keys=True))

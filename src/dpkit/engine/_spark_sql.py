@@ -901,8 +901,7 @@ def spark_semantics(tree: Any, types: Mapping[str, str]) -> Any:
                 continue
             if _duck_type(node, types) != "FLOAT":
                 continue
-            parts = [node.this, *node.expressions] if node.args.get("expressions") else [node.this, node.expression]
-            for operand in parts:
+            for operand in _value_operands(node):
                 if operand is not None and _duck_type(operand, types) == "DECIMAL":
                     operand.replace(
                         exp.Cast(this=exp.paren(operand.copy(), copy=False), to=exp.DataType.build("FLOAT"))
@@ -958,15 +957,22 @@ def _unsigned_beside_integers(node: Any, types: Mapping[str, str]) -> bool:
     computed = (exp.Add, exp.Sub, exp.Mul, exp.IntDiv, exp.Mod, exp.Neg, exp.Abs, exp.Greatest, exp.Least, exp.Coalesce)
     if not isinstance(node, (*computed, exp.Case, exp.If)):
         return False
-    if isinstance(node, exp.Case):
-        operands = [branch.args.get("true") for branch in node.args["ifs"]] + [node.args.get("default")]
-    elif isinstance(node, exp.If):
-        operands = [node.args.get("true"), node.args.get("false")] if node.arg_key != "ifs" else []
-    else:
-        operands = [node.this, node.args.get("expression"), *(node.args.get("expressions") or [])]
-    if not any(operand is not None and _duck_type(operand, types) == "UNSIGNED" for operand in operands):
+    if not any(operand is not None and _duck_type(operand, types) == "UNSIGNED" for operand in _value_operands(node)):
         return False
     return _duck_type(node, types) not in ("DOUBLE", "FLOAT", "DECIMAL")
+
+
+def _value_operands(node: Any) -> list[Any]:
+    """The operands whose types make ``node``'s value type (None where absent): a CASE's values and ELSE,
+    an IF's two values (none for the branch of a CASE, typed with its CASE), an operator's or function's
+    arguments."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Case):
+        return [branch.args.get("true") for branch in node.args["ifs"]] + [node.args.get("default")]
+    if isinstance(node, exp.If):
+        return [] if node.arg_key == "ifs" else [node.args.get("true"), node.args.get("false")]
+    return [node.this, node.args.get("expression"), *(node.args.get("expressions") or [])]
 
 
 _INTEGER_RANGES_BY_NAME = {"tinyint": "TINYINT", "smallint": "SMALLINT", "int": "INT", "bigint": "BIGINT"}
@@ -1563,28 +1569,18 @@ def _coerced_values(node: Any, types: Mapping[str, str]) -> Any:
     whose common type is not plain to see is refused (``_Refused``)."""
     from sqlglot import exp
 
-    if isinstance(node, exp.If) and node.arg_key == "ifs":
-        return None  # a branch of a CASE (the CASE's values are typed together)
     if isinstance(node, exp.Case) and node.this is not None:
         operand, branches = node.this, node.args["ifs"]
         compared = {_duck_kind(part, types) for part in (operand, *(branch.this for branch in branches))}
-        if "VARCHAR" not in compared or compared <= {"VARCHAR", None}:
-            values = [branch.args.get("true") for branch in branches]
-        else:
+        if "VARCHAR" in compared and not compared <= {"VARCHAR", None}:
             searched = exp.Case()
             for branch in branches:
                 condition = exp.EQ(this=exp.paren(operand.copy()), expression=exp.paren(branch.this.copy()))
                 searched = searched.when(condition, branch.args["true"].copy(), copy=False)
             default = node.args.get("default")
             return searched.else_(default.copy(), copy=False) if default is not None else searched
-    elif isinstance(node, exp.Case):
-        values = [branch.args.get("true") for branch in node.args["ifs"]]
-    elif isinstance(node, exp.If):
-        values = [node.args.get("true")]
-    else:
-        values = [node.this, *node.expressions]
-    if isinstance(node, exp.Case | exp.If):
-        values.append(node.args.get("default") if isinstance(node, exp.Case) else node.args.get("false"))
+    # (a branch of a CASE has no values of its own: the CASE's are typed together)
+    values = _value_operands(node)
     present = [value for value in values if value is not None and not isinstance(_unparen(value), exp.Null)]
     kinds = [_duck_kind(value, types) for value in present]
     constants = [

@@ -49,7 +49,7 @@ def test_a_share_too_small_for_the_exponential_mechanism_is_refused_before_the_d
             run()
     median = session.table().agg(m=E.median("x", bounds=(0, 100)))
     with pytest.raises(InvalidParameterError, match="too small for an exponential mechanism"):
-        session.release(median, epsilon=1e-13)
+        session.release(median, epsilon=1e-19)  # below 2**-60, the mechanisms' smallest epsilon
     assert session.remaining == dpkit.PureDP(10) and len(session.ledger.entries()) == 0
 
 

@@ -491,11 +491,11 @@ class SelectionNoise:
         self.count = count
         self.mode = mode
         self.name = "Exponential"
-        try:  # built here, before any debit: an epsilon too small for its score grid is refused now
+        try:  # built here, before any debit: an epsilon below the mechanism's range (2**-60) is refused now
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
                 Exponential(sensitivity, epsilon, candidates=[0.0, 1.0])
-        except (InternalError, InvalidParameterError):
+        except InvalidParameterError:
             raise InvalidParameterError(
                 "epsilon",
                 epsilon,

@@ -10,19 +10,26 @@ with base-2 differential privacy"). A textbook implementation computes softmax w
 float and samples with a float CDF; the released law is then only close to the one the proof
 is about, and the gap can be exploited. Here:
 
-1. Scores are rounded to the public grid 2^k (k from the sensitivity and the noise scale only,
-   :func:`dpkit.noise.grid_exponent`) and handled as integers n_o. Rounding moves a score by at
-   most half a grid step, so neighbouring integer scores differ by at most
+1. Scores are rounded to the public grid 2^k with k = floor(log2 Delta) - 20, from the
+   sensitivity only (:class:`SelectionGrid`), and handled as integers n_o. Rounding moves a score
+   by at most half a grid step, so neighbouring integer scores differ by at most
    ``U = floor(Delta / 2^k) + 1`` grid units: the mechanism is calibrated to the effective
-   sensitivity ``U * 2^k <= Delta + 2^k`` (about one part in a million above Delta).
+   sensitivity ``U * 2^k <= Delta + 2^k <= (1 + 2^-20) Delta``, at every epsilon. (The grid must
+   not coarsen with the noise: on a grid coarser than Delta a change of Delta can still move a
+   snapped score by a whole step, so the effective sensitivity would be the step, not Delta.)
 2. The mechanism is run on the gaps ``m_o = min(n_max - n_o, cap)``, integers. Subtracting the
    common n_max changes no selection law, and ``max(n_o, n_max - cap)`` is itself a score of
-   sensitivity U (a maximum of U-sensitive functions), so clamping keeps the privacy proof
-   intact; the cap only touches candidates whose weight is below e^-1024.
+   sensitivity U (a maximum of U-sensitive functions), so clamping at any public cap keeps the
+   privacy proof intact; the cap only touches candidates whose weight is below e^-1024. Gaps are
+   int64 while the cap is at most 2^52; a smaller epsilon (a rate below about 2^-42) needs a
+   larger cap, and the gaps are then exact Python integers (:func:`gaps_below_max`).
 3. Weights are ``exp(-rate * m_o)`` with ``rate`` a float rounded *down* from
    epsilon / (2U) (epsilon / U for monotonic scores), so the effective epsilon never exceeds
    the stated one. Each Bernoulli(exp(-rate * m)) is drawn exactly, as the product of exact
    Bernoulli(exp(-rate * 2^j)) trials over the set bits j of m (``rate * 2^j`` is an exact float).
+4. Noise added to scores (report-noisy-max, sparse vector) is exact integer noise in grid units;
+   a scale above 2^36 units (epsilon below about 1e-4) is drawn in two exact parts, high and low bits
+   (:func:`geometric_units`), and added in exact integer arithmetic.
 
 The released law is therefore exactly an exponential mechanism with epsilon at most the stated
 one, with no floating-point gap.
@@ -44,14 +51,35 @@ from dpkit._validation import as_fraction, check_data, check_epsilon, check_inte
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP
 from dpkit.mechanisms._base import Mechanism, check_noise_range
-from dpkit.noise import RandomSource, bernoulli_exp, grid_exponent, resolve_source, uniform_integers
+from dpkit.noise import (
+    RandomSource,
+    bernoulli_exp,
+    bernoulli_logistic,
+    discrete_laplace,
+    geometric,
+    resolve_source,
+    uniform_integers,
+)
 
 __all__ = ["Exponential"]
 
 # Gaps are clamped where the weight exp(-rate * gap) falls below e^-_CLAMP_NATS.
 _CLAMP_NATS = 1024
-# Integer gaps stay below 2^52, so float differences of integer-valued scores are exact.
+# Gaps up to 2^52 are int64 (float differences of integer-valued scores are exact there); a
+# larger cap (a rate below about 2^-42) makes them exact Python integers.
 _MAX_GAP = 2**52
+# The score grid is 2^-20 of the sensitivity (rounding inflates it by at most one part in 2^20).
+_GRID_BITS = 20
+# Python-integer gaps are split into int64 halves m = high 2^62 + low for the Bernoulli trials.
+_LOW_BITS = 62
+_LOW_MASK = (1 << _LOW_BITS) - 1
+# Noise scales up to 2^36 grid units are drawn by the samplers directly (their float fast path
+# needs its exact fallback for about scale 2^-43 of the draws, 1 in 128 at 2^36); larger ones in
+# two parts (see geometric_units).
+_FAST_SCALE_BITS = 36
+# Clamps and clips of noisy scores stay at least 2^15 noise scales away (never below 2^52 units):
+# a value beyond one moves the noisy comparison with probability at most e^-(2^15).
+_CLAMP_SCALE_BITS = 15
 
 
 # ---------------------------------------------------------------------------------------------
@@ -67,9 +95,17 @@ class SelectionGrid:
     exponent: int
 
     @classmethod
-    def for_noise(cls, sensitivity: float, noise_scale: float) -> SelectionGrid:
-        """The grid for a score of this sensitivity and a noise (or 1 / rate) of this scale."""
-        return cls(sensitivity, grid_exponent(sensitivity, noise_scale))
+    def for_sensitivity(cls, sensitivity: float) -> SelectionGrid:
+        """The grid 2^k, k = floor(log2 Delta) - 20, for a score of this sensitivity (public).
+
+        Then Delta / 2^k lies in [2^20, 2^21), so U = floor(Delta / 2^k) + 1 <= (1 + 2^-20) Delta / 2^k.
+        The grid does not depend on epsilon: a coarser grid would make the effective sensitivity
+        U 2^k >= 2^k, which exceeds Delta once 2^k does (32 Delta at epsilon = 1e-10 with the noise-
+        relative grid this replaced). Small epsilons give large noise in grid units instead, which
+        the exact integer arithmetic below handles.
+        """
+        exponent = math.frexp(sensitivity)[1] - 1  # floor(log2 Delta), exactly
+        return cls(sensitivity, exponent - _GRID_BITS)
 
     def units(self, distance: float) -> int:
         """Most grid units two snapped values can differ by when the raw values differ by ``distance``."""
@@ -138,25 +174,57 @@ def scale_up(value: Fraction) -> float:
     return scale
 
 
-def gaps_below_max(units: NDArray[np.float64], cap: int) -> NDArray[np.int64]:
+def gaps_below_max(units: NDArray[np.float64], cap: int) -> NDArray[Any]:
     """min(n_max - n_o, cap) as exact integers (n_max: the maximum of each row, for a 2-D array).
 
-    n_max - n_o is an integer; when it is at most cap <= 2^52 it is representable, so the float
-    subtraction is exact; when it is larger, rounding (monotone) keeps it >= cap.
+    ``units`` are integer-valued floats. n_max - n_o is an integer; when it is at most 2^53 it
+    is representable, so the float subtraction is exact; when it is larger, rounding (monotone)
+    keeps it above any float it exceeds. For cap <= 2^52 the result is int64. For a larger cap
+    it is an object array of Python integers: differences whose float value is at most 2^52 are
+    exact, those whose float value exceeds the cap (rounded up to a float) exceed the cap, and
+    the ones in between are recomputed exactly from the integer scores.
     """
-    if not 0 <= cap <= _MAX_GAP:
-        raise InternalError(f"gap cap {cap} outside [0, 2**52]")
-    return np.minimum(units.max(axis=-1, keepdims=True) - units, float(cap)).astype(np.int64)
+    if cap < 0:
+        raise InternalError(f"gap cap {cap} is negative")
+    top = units.max(axis=-1, keepdims=True)
+    with np.errstate(over="ignore"):  # an overflow to inf is a gap beyond any cap: clamped below
+        approx = top - units
+    if cap <= _MAX_GAP:
+        return np.minimum(approx, float(cap)).astype(np.int64)
+    cap_up = float(cap)
+    if cap_up < cap:
+        cap_up = math.nextafter(cap_up, math.inf)
+    gaps = np.full(units.shape, cap, dtype=object)
+    small = approx <= _MAX_GAP
+    gaps[small] = approx[small].astype(np.int64).astype(object)
+    tops = np.broadcast_to(top, units.shape)
+    for index in zip(*np.nonzero(~small & (approx <= cap_up)), strict=True):
+        gaps[index] = min(int(tops[index]) - int(units[index]), cap)
+    return gaps
 
 
-def bernoulli_exp_multiple(rate: float, multiples: NDArray[np.int64], rng: RandomSource) -> NDArray[np.bool_]:
+def bernoulli_exp_multiple(rate: float, multiples: NDArray[Any], rng: RandomSource) -> NDArray[np.bool_]:
     """Exact, independent Bernoulli(exp(-rate * m)) trials, one per integer m >= 0.
 
     exp(-rate m) is the product over the set bits j of m of exp(-rate 2^j); ``rate * 2^j`` is an
     exact float (ldexp), so each factor is an exact :func:`dpkit.noise.bernoulli_exp` trial.
     High bits go first: they reject most proposals, and a rejected one needs no more trials.
+    ``multiples`` is int64, or an object array of Python integers below 2^124 (the wide gaps of
+    :func:`gaps_below_max`), split as m = high 2^62 + low: exp(-rate m) is then the product of
+    exp(-(rate 2^62) high) and exp(-rate low), two independent exact trials.
     """
-    multiples = np.asarray(multiples, dtype=np.int64)
+    multiples = np.asarray(multiples)
+    if multiples.dtype == object:
+        high = (multiples >> _LOW_BITS).astype(np.int64)  # (an OverflowError at 2^124: never for a cap)
+        low = (multiples & _LOW_MASK).astype(np.int64)
+        accept = _bernoulli_exp_bits(math.ldexp(rate, _LOW_BITS), high, rng)
+        kept = np.flatnonzero(accept)
+        accept[kept] = _bernoulli_exp_bits(rate, low[kept], rng)
+        return accept
+    return _bernoulli_exp_bits(rate, multiples.astype(np.int64), rng)
+
+
+def _bernoulli_exp_bits(rate: float, multiples: NDArray[np.int64], rng: RandomSource) -> NDArray[np.bool_]:
     accept = np.ones(multiples.size, dtype=bool)
     top = int(multiples.max()).bit_length() if multiples.size else 0
     for bit in reversed(range(top)):
@@ -167,14 +235,72 @@ def bernoulli_exp_multiple(rate: float, multiples: NDArray[np.int64], rng: Rando
 
 
 def clamp_cap(rate: float) -> int:
-    """Gap beyond which weights exp(-rate * gap) < e^-1024 are clamped (see the module docstring)."""
-    cap = math.ceil(Fraction(_CLAMP_NATS) / Fraction(rate))
-    if cap > _MAX_GAP:
-        raise InternalError(f"rate {rate} too small for the score grid")
-    return cap
+    """Gap beyond which weights exp(-rate * gap) < e^-1024 are clamped (see the module docstring).
+
+    Above 2^52 (a rate below about 2^-42, i.e. epsilon below about 1e-6) the gaps are Python
+    integers; with epsilon >= 2^-60 and U <= 2^21 the cap is at most about 2^92.
+    """
+    return math.ceil(Fraction(_CLAMP_NATS) / Fraction(rate))
 
 
-def sample_exponential(gaps: NDArray[np.int64], rate: float, count: int, rng: RandomSource) -> NDArray[np.int64]:
+def noise_clamp(scale: float) -> int:
+    """A public clamp (in grid units) for noisy scores with noise of this scale: max(2^52, 2^15 t), a power of 2.
+
+    Clamping a score relative to the maximum (or clipping an answer relative to the threshold)
+    is 1-Lipschitz, so any public clamp keeps the sensitivity; this one lies at least 2^15 noise
+    scales out, where the noise reaches with probability below e^-(2^15). Up to a scale of 2^36
+    (the samplers' own range here) it is 2^52, as it always was.
+    """
+    return 1 << max(_MAX_GAP.bit_length() - 1, math.frexp(scale)[1] + _CLAMP_SCALE_BITS)
+
+
+def _split_bits(scale: float) -> int:
+    """j >= 0 with scale / 2^j < 2^36: the low bits drawn one by one by :func:`geometric_units`."""
+    return max(0, math.frexp(scale)[1] - _FAST_SCALE_BITS)
+
+
+def geometric_units(scale: float, size: int, rng: RandomSource) -> NDArray[Any]:
+    """Exact one-sided geometric noise, P(G = m) = (1 - q) q^m with q = exp(-1/scale), for any scale.
+
+    Below 2^36 this is :func:`dpkit.noise.geometric` (int64). Above, with j the smallest integer
+    with scale / 2^j < 2^36, G = 2^j H + L is drawn in two independent parts (Python integers, an
+    object array). For P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is
+    geometric with ratio q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`dpkit.noise.geometric`
+    at the exact float scale scale 2^-j; and q^l = prod_i q^(2^i b_i) over the bits b_i of l, so
+    the bits are independent with P(b_i = 1) = q^(2^i) / (1 + q^(2^i)) = 1 / (1 + exp(2^i / scale)),
+    the complement of an exact :func:`dpkit.noise.bernoulli_logistic` trial at 2^i / scale (taken
+    as an exact fraction). The law is exactly the geometric law of this scale: no rounding.
+    """
+    bits = _split_bits(scale)
+    if bits == 0:
+        return geometric(scale, size, rng=rng)
+    total = geometric(math.ldexp(scale, -bits), size, rng=rng).astype(object) << bits
+    exact_scale = Fraction(scale)
+    for start in range(0, bits, _LOW_BITS):
+        chunk = np.zeros(size, dtype=np.int64)
+        for bit in range(start, min(bits, start + _LOW_BITS)):
+            ones = ~bernoulli_logistic(Fraction(1 << bit) / exact_scale, 1, size, rng=rng)
+            chunk |= ones.astype(np.int64) << (bit - start)
+        total = total + (chunk.astype(object) << start)
+    result: NDArray[Any] = total
+    return result
+
+
+def discrete_laplace_units(scale: float, size: int, rng: RandomSource) -> NDArray[Any]:
+    """Exact discrete Laplace noise, P(X = x) = (1 - q) / (1 + q) q^|x| with q = exp(-1/scale), for any scale.
+
+    Below 2^36 this is :func:`dpkit.noise.discrete_laplace` (int64). Above, X = G - G' for two
+    independent draws of :func:`geometric_units` at this scale (Python integers): for x >= 0,
+    P(G - G' = x) = sum_m (1 - q)^2 q^(m + x) q^m = (1 - q)^2 q^x / (1 - q^2) = (1 - q) / (1 + q) q^x,
+    and the law is symmetric.
+    """
+    if _split_bits(scale) == 0:
+        return discrete_laplace(scale, size, rng=rng)
+    difference: NDArray[Any] = geometric_units(scale, size, rng) - geometric_units(scale, size, rng)
+    return difference
+
+
+def sample_exponential(gaps: NDArray[Any], rate: float, count: int, rng: RandomSource) -> NDArray[np.int64]:
     """``count`` independent indices o with P(o) proportional to exp(-rate * gaps[o]), exactly.
 
     Rejection sampling: propose o uniformly, accept with probability exp(-rate * gaps[o]) (at most
@@ -200,7 +326,7 @@ def sample_exponential(gaps: NDArray[np.int64], rate: float, count: int, rng: Ra
 _ROUND_PROPOSALS = 1 << 21
 
 
-def sample_exponential_rows(gaps: NDArray[np.int64], rate: float, rng: RandomSource) -> NDArray[np.int64]:
+def sample_exponential_rows(gaps: NDArray[Any], rate: float, rng: RandomSource) -> NDArray[np.int64]:
     """One index per row r of the 2-D ``gaps``, P(o) proportional to exp(-rate * gaps[r, o]), exactly.
 
     The rows are independent and each is the law of :func:`sample_exponential` on that row: every
@@ -243,7 +369,9 @@ class GridSelectionMechanism(Mechanism):
     effective sensitivity U 2^k) rounded toward safety, so that one release (for
     :class:`~dpkit.mechanisms.sparse_vector.SparseVector`, one whole run) is epsilon-DP for
     inputs whose scores move by at most Delta. The guarantee, event and privacy map below state
-    exactly that.
+    exactly that. The grid depends on the sensitivity only, so the effective sensitivity is at
+    most (1 + 2^-20) Delta for every epsilon the constructor accepts (no epsilon is refused for
+    being small: small epsilons give large noise in grid units, handled exactly).
     """
 
     _candidates: tuple[Any, ...] | None = None
@@ -256,10 +384,10 @@ class GridSelectionMechanism(Mechanism):
         check_noise_range(self._sensitivity, self._epsilon)
         self._epsilon_exact = as_fraction(self._epsilon)
 
-    def _calibrate(self, noise_scale: float) -> None:
-        """Warn about a risky epsilon and fix the grid for a noise (or 1 / rate) of this scale, in score units."""
+    def _calibrate(self) -> None:
+        """Warn about a risky epsilon and fix the score grid (from the sensitivity only)."""
         warn_if_risky(self._epsilon)
-        self._grid = SelectionGrid.for_noise(self._sensitivity, noise_scale)
+        self._grid = SelectionGrid.for_sensitivity(self._sensitivity)
 
     @property
     def sensitivity(self) -> float:
@@ -297,7 +425,7 @@ class GridSelectionMechanism(Mechanism):
         distance = check_positive("d_in", d_in)
         return PureDP(self._epsilon_exact * self._grid.units(distance) / self._grid.sensitivity_units)  # type: ignore[arg-type]
 
-    def _gaps(self, scores: Any, cap: int | None = None, *, ndim: int = 1) -> NDArray[np.int64]:
+    def _gaps(self, scores: Any, cap: int | None = None, *, ndim: int = 1) -> NDArray[Any]:
         """min(n_max - n_o, cap) for the snapped scores (cap defaults to the mechanism's ``_cap``).
 
         ``ndim=2``: one score vector per row, each row's gaps below its own maximum.
@@ -354,8 +482,7 @@ class Exponential(GridSelectionMechanism):
         self._candidates = check_candidates(candidates)
         self._monotonic = check_flag("monotonic", monotonic)
         factor = 1 if self._monotonic else 2
-        # 1 / rate (in score units) plays the part of the noise scale when choosing the grid.
-        self._calibrate(factor * self._sensitivity / self._epsilon)
+        self._calibrate()
         self._rate = rate_down(self._epsilon_exact / (factor * self._grid.sensitivity_units))
         self._cap = clamp_cap(self._rate)
 
@@ -406,9 +533,8 @@ class Exponential(GridSelectionMechanism):
         The textbook gap is (2 Delta / epsilon)(ln(|O| / |O*|) + t), with |O*| the number of
         candidates of optimal score. This returns the gap that holds for the released law:
         Delta replaced by the effective sensitivity, plus one grid step for the rounding of the
-        scores (a relative increase of about 1e-6, more for epsilon < 1e-3 where the grid is
-        coarser: see :mod:`dpkit.noise`). Requires ln(|O| / |O*|) + t <= 1024 (the
-        clamping of negligible weights).
+        scores (a relative increase of at most 2^-20, about 1e-6, at every epsilon). Requires
+        ln(|O| / |O*|) + t <= 1024 (the clamping of negligible weights).
 
         >>> round(Exponential(1.0, 1.0).utility_bound(100, t=3.0), 3)
         15.21

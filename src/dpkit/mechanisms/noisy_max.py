@@ -1,8 +1,9 @@
 """Report-noisy-max and permute-and-flip: private selection of a high-scoring candidate.
 
 Both run on the public score grid of :mod:`.exponential` (scores rounded to multiples of 2^k,
-calibrated to the effective sensitivity U 2^k with U = floor(Delta / 2^k) + 1), with exact
-integer noise or exact Bernoulli trials, so their released laws carry no floating-point gap.
+k = floor(log2 Delta) - 20, calibrated to the effective sensitivity U 2^k <= (1 + 2^-20) Delta
+with U = floor(Delta / 2^k) + 1), with exact integer noise or exact Bernoulli trials, so their
+released laws carry no floating-point gap, at every epsilon in [2^-60, 1024].
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ from dpkit.mechanisms.exponential import (
     check_candidates,
     check_flag,
     clamp_cap,
+    discrete_laplace_units,
+    geometric_units,
+    noise_clamp,
     rate_down,
     scale_up,
 )
-from dpkit.noise import RandomSource, discrete_laplace, geometric, permutation, resolve_source, uniform_integers
+from dpkit.noise import RandomSource, permutation, resolve_source, uniform_integers
 
 __all__ = ["PermuteAndFlip", "ReportNoisyMax"]
 
-_NOISY_MAX_CAP = 2**52
 _PF_CHUNK = 256
 _PF_MAX_EXACT_CANDIDATES = 4096
 
@@ -35,10 +38,10 @@ _PF_MAX_EXACT_CANDIDATES = 4096
 class _SelectionMechanism(GridSelectionMechanism):
     """Shared parameters and grid of report-noisy-max and permute-and-flip."""
 
-    def __init__(self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None, factor: int) -> None:
+    def __init__(self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None) -> None:
         super().__init__(sensitivity, epsilon)
         self._candidates = check_candidates(candidates)
-        self._calibrate(factor * self._sensitivity / self._epsilon)
+        self._calibrate()
 
     @property
     def candidates(self) -> tuple[Any, ...] | None:
@@ -50,7 +53,10 @@ class ReportNoisyMax(_SelectionMechanism):
 
     Dwork & Roth (2014), Sec. 3.3, Claim 3.9. Here the scores are rounded to the public grid
     2^k and the noise is exact integer noise in grid units of scale t = 2U / epsilon
-    (U / epsilon with ``monotonic=True``), U = floor(Delta / 2^k) + 1:
+    (U / epsilon with ``monotonic=True``), U = floor(Delta / 2^k) + 1, so t 2^k is within a
+    factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^36
+    grid units and more (epsilon below about 1e-4) are drawn exactly in two parts and added to the scores
+    in exact integer arithmetic (:func:`~dpkit.mechanisms.exponential.geometric_units`):
 
     - ``noise="exponential"`` (default): one-sided geometric noise P(Z = z) ∝ e^{-z/t}, z >= 0,
       the discrete analogue of exponential noise. With continuous exponential noise of scale
@@ -92,9 +98,10 @@ class ReportNoisyMax(_SelectionMechanism):
             raise InvalidParameterError("noise", noise, "must be 'exponential' or 'laplace'")
         self._monotonic = check_flag("monotonic", monotonic)
         factor = 1 if self._monotonic else 2
-        super().__init__(sensitivity, epsilon, candidates, factor)
+        super().__init__(sensitivity, epsilon, candidates)
         self._noise = noise
         self._scale = scale_up(factor * self._grid.sensitivity_units / self._epsilon_exact)
+        self._cap = noise_clamp(self._scale)
 
     @property
     def noise(self) -> str:
@@ -111,12 +118,14 @@ class ReportNoisyMax(_SelectionMechanism):
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """The candidate (index, or label) with the largest noisy score for the score vector ``value``."""
-        # Scores relative to the maximum, clamped below at -2^52: max(n_o, n_max - 2^52) has the
-        # same sensitivity, and the argmax is unchanged by the common shift.
-        relative = -self._gaps(value, _NOISY_MAX_CAP)
+        # Scores relative to the maximum, clamped below at -cap (2^52, or 2^15 noise scales for a
+        # larger noise): max(n_o, n_max - cap) has the same sensitivity, and the argmax is
+        # unchanged by the common shift. From 2^36 grid units the noise (and so the sum) is an
+        # array of Python integers: exact integer arithmetic at any scale.
+        relative = -self._gaps(value)
         source = resolve_source(rng)
-        sampler = geometric if self._noise == "exponential" else discrete_laplace
-        noisy = relative + sampler(self._scale, relative.size, rng=source)
+        sampler = geometric_units if self._noise == "exponential" else discrete_laplace_units
+        noisy = relative + sampler(self._scale, relative.size, source)
         winners = np.flatnonzero(noisy == noisy.max())
         if winners.size == 1:
             return self._label(int(winners[0]))
@@ -152,7 +161,7 @@ class PermuteAndFlip(_SelectionMechanism):
     """
 
     def __init__(self, sensitivity: float, epsilon: float, candidates: Sequence[Any] | None = None) -> None:
-        super().__init__(sensitivity, epsilon, candidates, 2)
+        super().__init__(sensitivity, epsilon, candidates)
         self._rate = rate_down(self._epsilon_exact / (2 * self._grid.sensitivity_units))
         self._cap = clamp_cap(self._rate)
 

@@ -6,20 +6,30 @@ queries and stops after ``max_positives`` (c) positive answers, for epsilon in t
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_data, check_integer
-from dpkit.mechanisms.exponential import GridSelectionMechanism, check_flag, check_scores, scale_up
-from dpkit.noise import RandomSource, discrete_laplace, resolve_source
+from dpkit.mechanisms.exponential import (
+    GridSelectionMechanism,
+    check_flag,
+    check_scores,
+    discrete_laplace_units,
+    noise_clamp,
+    scale_up,
+)
+from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["SparseVector", "SparseVectorRun"]
 
-# Query answers minus the threshold are clipped to +-2^52 grid units (a 1-Lipschitz map, so the
-# sensitivity is kept), which keeps the integer arithmetic exact.
-_CLIP = 2.0**52
+# The query noise may reach 2^128 grid units: each query then draws about 2 x 92 exact bits
+# beyond the sampler's own 2^36 (see geometric_units). Only a max_positives beyond any use
+# (above 2^45 at epsilon = 2^-60, 2^105 at epsilon = 1) needs more, and is refused.
+_MAX_NOISE_UNITS = 2**128
 
 
 class SparseVector(GridSelectionMechanism):
@@ -35,15 +45,23 @@ class SparseVector(GridSelectionMechanism):
     Queries may be chosen adaptively. Guarantee: epsilon-DP for a whole run, whatever the
     number of negative answers.
 
-    Exactness: answers and threshold are rounded to the public grid 2^k (k from the
-    sensitivity and the noise scale), the noises are exact discrete Laplace draws in grid units
+    Exactness: answers and threshold are rounded to the public grid 2^k (k = floor(log2 Delta)
+    - 20, from the sensitivity only), the noises are exact discrete Laplace draws in grid units
     with scales rounded up from the formulas above with Delta replaced by U = floor(Delta / 2^k)
-    + 1 grid units, and comparisons are integer comparisons. Lyu et al.'s proof carries over
+    + 1 grid units (U 2^k <= (1 + 2^-20) Delta at every epsilon), and comparisons are exact
+    integer comparisons (Python integers: a noise scale of 2^36 units or more is drawn in two exact
+    parts, see :func:`~dpkit.mechanisms.exponential.geometric_units`). Answers minus the
+    threshold are clipped to +-max(2^52, 2^15 t) units, t the larger noise scale: a 1-Lipschitz
+    map, so the sensitivity is kept. Lyu et al.'s proof carries over
     to integers unchanged: fixing the noise of the negative queries, a shift of rho by U costs
     e^{epsilon_1} and keeps every negative answer negative on the neighbour, and a shift of each
     positive query's noise by 2U (U when monotonic) costs e^{epsilon_2 / c} and keeps it
     positive; all shifts are by whole grid units and the discrete Laplace law of scale t
     satisfies p(z) <= e^{d / t} p(z + d).
+
+    ``epsilon`` may be anything in [2^-60, 1024]; ``max_positives`` must keep the query noise
+    scale 4 c U / epsilon (2 c U / epsilon when monotonic) within 2^128 grid units, which only a
+    c beyond any practical use exceeds (it is refused at construction, naming the largest c).
 
     Use: ``release(answers)`` runs a fresh run over a list of answers and returns the answers up
     to and including the c-th positive; interactively, ``run = mechanism.start()`` then
@@ -74,11 +92,21 @@ class SparseVector(GridSelectionMechanism):
         threshold_share = self._epsilon_exact / 2
         query_share = self._epsilon_exact - threshold_share
         factor = (1 if self._monotonic else 2) * self._max_positives
-        self._calibrate(factor * self._sensitivity / float(query_share))
+        self._calibrate()
         units = self._grid.sensitivity_units
+        query_scale = factor * units / query_share
+        if query_scale > _MAX_NOISE_UNITS:
+            largest = Fraction(_MAX_NOISE_UNITS) * query_share / ((1 if self._monotonic else 2) * units)
+            raise InvalidParameterError(
+                "max_positives",
+                max_positives,
+                f"must be at most {math.floor(largest)} at epsilon={self._epsilon!r} and sensitivity="
+                f"{self._sensitivity!r} (beyond, the query noise scale would exceed 2**128 grid steps)",
+            )
         self._threshold_scale = scale_up(units / threshold_share)
-        self._query_scale = scale_up(factor * units / query_share)
-        self._threshold_units = float(self._grid.snap("threshold", np.asarray([self._threshold]))[0])
+        self._query_scale = scale_up(query_scale)
+        self._clip = noise_clamp(max(self._threshold_scale, self._query_scale))
+        self._threshold_units = int(self._grid.snap("threshold", np.asarray([self._threshold]))[0])
         self._current: SparseVectorRun | None = None
 
     @property
@@ -142,7 +170,7 @@ class SparseVectorRun:
     def __init__(self, mechanism: SparseVector, rng: RandomSource) -> None:
         self._mechanism = mechanism
         self._rng = rng
-        self._threshold_noise = int(discrete_laplace(mechanism._threshold_scale, 1, rng=rng)[0])
+        self._threshold_noise = int(discrete_laplace_units(mechanism._threshold_scale, 1, rng)[0])
         self._positives = 0
         self._answered = 0
 
@@ -176,10 +204,11 @@ class SparseVectorRun:
             raise InvalidParameterError(
                 "query_answer", query_answer, "must be a single finite real number (|x| < 2**53)"
             )
-        units = mechanism._grid.snap("query_answer", np.asarray([value], dtype=np.float64))[0]
-        # (q - T) in grid units, clipped to +-2^52: exact as an integer, and 1-Lipschitz in q.
-        relative = int(np.clip(units - mechanism._threshold_units, -_CLIP, _CLIP))
-        noise = int(discrete_laplace(mechanism._query_scale, 1, rng=self._rng)[0])
+        units = int(mechanism._grid.snap("query_answer", np.asarray([value], dtype=np.float64))[0])
+        # (q - T) in grid units, clipped to +-clip: exact Python integers, and 1-Lipschitz in q.
+        clip = mechanism._clip
+        relative = max(-clip, min(clip, units - mechanism._threshold_units))
+        noise = int(discrete_laplace_units(mechanism._query_scale, 1, self._rng)[0])
         above = relative + noise >= self._threshold_noise
         self._answered += 1
         if above:

@@ -256,12 +256,17 @@ def test_events_without_a_declared_relation_are_refused(factory: type) -> None:
 def test_pure_dp_rdp_of_a_huge_epsilon_and_pld_of_a_huge_count_are_answered_or_refused() -> None:
     """RDPAccountant on PureDPEvent(1e200) raised a bare OverflowError (e^eps); its RDP is eps. A PLD of
     1e9 or 1e30 Gaussian events tried to allocate terabytes (or overflowed a C size): now a typed
-    error naming the discretization, raised at query time, with the events kept."""
+    error naming the discretization, raised at query time, with the events kept. (Plain Gaussians
+    alone are merged into one and answered exactly; with another event the grid is needed.)"""
     from dpkit._errors import InvalidParameterError
 
     assert RDPAccountant().compose(PureDPEvent(1e200)).epsilon(1e-5) == pytest.approx(1e200, rel=1e-8)
     for count in (10**9, 10**30):
-        accountant = PLDAccountant().compose(GaussianEvent(1.0), count)
+        alone = PLDAccountant().compose(GaussianEvent(1.0), count)
+        assert alone.epsilon(1e-5) == pytest.approx(gaussian_epsilon(math.sqrt(count), 1e-5), rel=1e-12)
+        with pytest.raises(InvalidParameterError, match="discretization"):
+            alone.loss_distribution()
+        accountant = PLDAccountant().compose(GaussianEvent(1.0), count).compose(LaplaceEvent(1.0))
         with pytest.raises(InvalidParameterError, match="discretization"):
             accountant.epsilon(1e-5)
-        assert accountant.history == ((GaussianEvent(1.0), count),)
+        assert accountant.history == ((GaussianEvent(1.0), count), (LaplaceEvent(1.0), 1))

@@ -239,8 +239,10 @@ def test_large_sigma_discrete_gaussian_in_bounded_memory(sigma: float) -> None:
     finally:
         tracemalloc.stop()
     assert peak < 64 * 2**20
+    # The continuous Gaussians merge into one, answered by its exact profile; the discrete one is
+    # answered on the grid (step 1e-4), which resolves epsilon only to about a grid step here.
     continuous = PLDAccountant().compose(GaussianEvent(sigma), 10).epsilon(1e-6)
-    assert epsilon == pytest.approx(continuous, rel=1e-6, abs=1e-12)
+    assert epsilon == pytest.approx(continuous, abs=2e-4)
     exact = 1 / (sigma * math.sqrt(2 * math.pi))
     once = PLDAccountant().compose(DiscreteGaussianEvent(sigma)).delta(0.0)
     # delta(0) is a difference of two tails near 1/2: float64 rounding of those, 2e-16, is the limit

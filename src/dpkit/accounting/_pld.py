@@ -40,6 +40,14 @@ How this module keeps the answer a *certified* upper bound (``pessimistic=True``
 ``pessimistic=False`` rounds every loss *down* to the grid instead: an optimistic estimate (a
 lower bound in exact arithmetic), labelled ``certified = False``.
 
+A workload of plain Gaussians only (no subsampling) never reaches the grid: Gaussians with
+mu_i = sensitivity_i / sigma_i compose *exactly* to the Gaussian with mu = sqrt(sum_i mu_i^2)
+(Dong, Roth & Su 2022, Cor. 3.3; their losses are N(mu_i^2 / 2, mu_i^2) and add), so all of
+them, counts included, answer as that one Gaussian, mu rounded up (a larger mu only raises
+delta) while nothing else is composed: its exact profile (Balle & Wang 2018, Thm. 8, at 60
+digits or more, rounded up), no grid, no floor. Beside other events they are discretised one by
+one as any event (one wide merged Gaussian left the FFT's rounding bound looser).
+
 Floating-point rounding. The FFT's rounding error is bounded a posteriori from the computed
 spectra under the standard error model of a floating-point FFT (Higham 2002, Sec. 24.1; see
 ``_convolve``, doubled for safety) and that mass is moved to +inf. A power c amplifies relative
@@ -49,9 +57,10 @@ first order inside the power; each distribution is centred first so the powers' 
 small. The queries' own sums (tail sums
 and a first-order recurrence over the grid) are rounded outward by a relative 2 (n + 2) u. The
 bound is worst-case (1e2 to 1e7 times the error measured against a long-double recomputation)
-yet small: the whole mass at +inf is 2.6e-13 for ten Gaussian events at discretization 1e-4
-(mostly the inverse transform's bound) and 1.6e-11 for DP-SGD's 14,063 subsampled steps (mostly
-``tail_mass`` per step), so deltas down to about 1e-11 (1e-10 for DP-SGD) are answered tightly
+yet small: the whole mass at +inf was 2.6e-13 for ten Gaussian events at discretization 1e-4
+(mostly the inverse transform's bound; alone, they are now answered exactly, see above) and is 1.6e-11 for
+DP-SGD's 14,063 subsampled steps (mostly ``tail_mass`` per step), so deltas down to about 1e-10
+for DP-SGD are answered tightly
 (``bench/accounting_tiny_delta.py``). It replaced an allowance of 1e-15 per grid point, not a
 proved bound, under which every delta below about 5e-10 answered infinity.
 
@@ -78,6 +87,7 @@ from dpkit._errors import InternalError, InvalidParameterError
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_positive
 from dpkit.accounting._base import PrivacyAccountant
+from dpkit.accounting._hypothesis import _mp_gaussian_delta, gaussian_epsilon
 from dpkit.events import (
     ApproxDPEvent,
     DiscreteGaussianEvent,
@@ -137,7 +147,9 @@ class PrivacyLossDistribution:
     hockey-stick divergence ``delta(eps) = sum_j p_j (1 - e^(eps - l_j))_+ + infinity_mass`` is a
     certified upper bound; ``infinity_mass`` then includes the bound on the FFT's rounding error,
     so this formula gives what :meth:`PLDAccountant.delta` and :meth:`PLDAccountant.epsilon`
-    report (they also round their own sums outward, by a relative 2 (n + 2) u). In exact arithmetic
+    report (they also round their own sums outward, by a relative 2 (n + 2) u), except when only
+    plain Gaussians were composed: they report the merged Gaussian's exact profile, which this
+    grid distribution (of that one Gaussian) bounds from above. In exact arithmetic
     ``probabilities.sum() == 1 - infinity_mass``; in floating point the pessimistic
     discretisation clips rounding-negative masses to 0, which adds mass (about ``1e-8`` per
     composed Gaussian event at ``discretization=1e-4``, growing linearly with the number of
@@ -937,6 +949,8 @@ class PLDAccountant(PrivacyAccountant):
     ``pessimistic=True`` (default) returns certified upper bounds (connect-the-dots
     discretisation, Doroshenko et al. 2022; truncated tails counted in delta);
     ``pessimistic=False`` an optimistic estimate (losses rounded down; ``certified`` is False).
+    When only plain Gaussian events are composed, the answers are the exact profile (Balle & Wang
+    2018) of the one Gaussian they compose to (Dong, Roth & Su 2022, Cor. 3.3).
     ``discretization`` is the grid spacing of the loss; ``tail_mass`` the largest mass each
     truncation may move to +inf. Supports Gaussian, Laplace, discrete Laplace and Gaussian
     (integer sensitivity), randomized response, pure and approximate DP events, Poisson
@@ -967,6 +981,13 @@ class PLDAccountant(PrivacyAccountant):
         self.tail_mass = check_positive("tail_mass", tail_mass)
         if self.tail_mass >= 1e-3:
             raise InvalidParameterError("tail_mass", tail_mass, "must be a real number in (0, 1e-3)")
+        # Plain Gaussian events are kept apart while nothing else is composed: then the answers
+        # are the exact profile of the one Gaussian they compose to (see _gaussian_mu). Once any
+        # other event comes they join the pending events and are discretised one by one as
+        # before: a merged Gaussian beside few other events left the FFT's rounding bound loose
+        # (7.05367 against 7.05235 at delta 1e-6 for 4 x G(1.5), G(3) and Laplace(20), and
+        # infinity at 1e-9), so merging is kept to the workloads it answers exactly.
+        self._gaussians: dict[PrivacyEvent, int] = {}
         self._pending: dict[PrivacyEvent, int] = {}
         self._state: tuple[_Pld, _Pld | None] | None = None  # (remove, add or None if identical)
         self._cache: dict[tuple[PrivacyEvent, bool], _Pld] = {}
@@ -1070,7 +1091,29 @@ class PLDAccountant(PrivacyAccountant):
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:
         # Composition commutes: group repeats of one event and convolve lazily, at query time.
-        self._pending[event] = self._pending.get(event, 0) + count
+        if _plain_gaussian(event) is not None:
+            self._gaussians[event] = self._gaussians.get(event, 0) + count
+        else:
+            self._pending[event] = self._pending.get(event, 0) + count
+
+    def _gaussian_mu(self) -> float:
+        """mu of the one Gaussian that all plain Gaussian runs compose to, rounded up (0.0 if none).
+
+        Gaussians of noise multipliers sigma_i compose to the Gaussian with mu^2 = sum_i c_i /
+        sigma_i^2 exactly (Dong, Roth & Su 2022, Cor. 3.3: their privacy losses are normal,
+        N(mu_i^2 / 2, mu_i^2), and add). A larger mu only raises delta at every epsilon, so mu is
+        rounded up: each c / sigma^2 (two roundings, and the count's) is moved up by a relative
+        8u and one ulp, math.fsum (correctly rounded) and the square root (correctly rounded)
+        by one ulp each: about 1e-15 above the exact value in all.
+        """
+        if not self._gaussians:
+            return 0.0
+        sigmas = {event: _plain_gaussian(event) or math.inf for event in self._gaussians}
+        terms = [
+            math.nextafter(float(count) / (sigmas[event] * sigmas[event]) * (1 + 8 * _UNIT_ROUNDOFF), math.inf)
+            for event, count in self._gaussians.items()
+        ]
+        return math.nextafter(math.sqrt(math.nextafter(math.fsum(terms), math.inf)), math.inf)
 
     def _single(self, event: PrivacyEvent, remove: bool) -> _Pld:
         key = (event, remove)
@@ -1082,21 +1125,37 @@ class PLDAccountant(PrivacyAccountant):
         return self._cache[key]
 
     def _materialise(self) -> tuple[_Pld, _Pld | None]:
-        if not self._pending and self._state is not None:
-            return self._state
-        asymmetric = any(self._asymmetric(e) for e in self._pending) or (
-            self._state is not None and self._state[1] is not None
-        )
+        """The composed PLDs (remove, add or None if identical) of everything composed so far."""
+        if self._only_gaussians():
+            # (the answers read the exact profile; this grid distribution, not kept, bounds it)
+            return self._compose(self._gaussians, None)
+        if self._gaussians:
+            for event, count in self._gaussians.items():
+                self._pending[event] = self._pending.get(event, 0) + count
+            self._gaussians = {}
+        if self._pending:
+            self._state = self._compose(self._pending, self._state)
+            self._pending = {}
+        if self._state is None:
+            raise InternalError("nothing composed")
+        return self._state
+
+    def _compose(
+        self, events: dict[PrivacyEvent, int], state: tuple[_Pld, _Pld | None] | None
+    ) -> tuple[_Pld, _Pld | None]:
+        """``events`` composed with ``state``, in each direction."""
+        asymmetric = any(self._asymmetric(e) for e in events) or (state is not None and state[1] is not None)
         results: list[_Pld] = []
         for remove in (True, False) if asymmetric else (True,):
-            parts = [(self._single(e, remove), c) for e, c in self._pending.items()]
-            if self._state is not None:
-                previous = self._state[0] if remove or self._state[1] is None else self._state[1]
+            parts = [(self._single(e, remove), c) for e, c in events.items()]
+            if state is not None:
+                previous = state[0] if remove or state[1] is None else state[1]
                 parts.append((previous, 1))
             results.append(_compose_all(parts, self.discretization, self.tail_mass, self.pessimistic))
-        self._state = (results[0], results[1] if asymmetric else None)
-        self._pending = {}
-        return self._state
+        return results[0], results[1] if asymmetric else None
+
+    def _only_gaussians(self) -> bool:
+        return not self._pending and self._state is None and bool(self._gaussians)
 
     def loss_distribution(self, direction: str = "remove") -> PrivacyLossDistribution:
         """Returns the **composed privacy-loss distribution** of everything composed so far.
@@ -1104,8 +1163,10 @@ class PLDAccountant(PrivacyAccountant):
         The pessimistic (certified, the default) or optimistic discretisation on the grid of step
         ``discretization``; see :class:`PrivacyLossDistribution` for the fields. Its hockey-stick
         divergence is exactly what :meth:`delta` and :meth:`epsilon` report (the larger over the
-        two directions). ``direction`` (``"remove"`` or ``"add"``) picks the neighbouring direction;
-        the two coincide except for Poisson subsampling. With nothing composed the loss is 0.
+        two directions), except with only plain Gaussians composed: they are then answered by the
+        merged Gaussian's exact profile, which this distribution bounds. ``direction``
+        (``"remove"`` or ``"add"``) picks the neighbouring direction; the two coincide except for
+        Poisson subsampling. With nothing composed the loss is 0.
 
         >>> import math
         >>> from dpkit.events import LaplaceEvent
@@ -1139,9 +1200,46 @@ class PLDAccountant(PrivacyAccountant):
         return _sum_allowance(pld) if self.pessimistic else 0.0
 
     def _delta(self, epsilon: float) -> float:
+        if self._only_gaussians():
+            # The composition is one Gaussian: its exact profile (Balle & Wang 2018, Thm. 8) at
+            # 60 digits or more, rounded up (pessimistic) or to nearest.
+            exact = float(_mp_gaussian_delta(self._gaussian_mu(), epsilon))
+            return min(1.0, math.nextafter(exact, math.inf) if self.pessimistic else exact)
         h = self.discretization
         return max(_delta_at(p, h, epsilon, self._allowance(p)) for p in self._materialise() if p is not None)
 
     def _epsilon(self, delta: float) -> float:
+        if self._only_gaussians():
+            return _gaussian_epsilon(self._gaussian_mu(), delta)
         h = self.discretization
         return max(_epsilon_at(p, h, delta, self._allowance(p)) for p in self._materialise() if p is not None)
+
+
+def _plain_gaussian(event: PrivacyEvent) -> float | None:
+    """The noise multiplier of an event whose pair is the plain Gaussian's (no subsampling), else None."""
+    inner: PrivacyEvent | None = None
+    if isinstance(event, GaussianEvent):
+        return event.noise_multiplier
+    if isinstance(event, PoissonSampledEvent) and event.sampling_probability == 1.0:
+        inner = event.event
+    elif isinstance(event, SampledWithoutReplacementEvent) and event.sample_size == event.source_size:
+        inner = event.event
+    return inner.noise_multiplier if isinstance(inner, GaussianEvent) else None
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    """The smallest epsilon whose exact Gaussian delta (60-digit profile) is at most ``delta``."""
+    if delta == 0.0:
+        return math.inf
+    if _mp_gaussian_delta(mu, 0.0) <= delta:
+        return 0.0
+    # gaussian_epsilon confirms its root in the same high-precision profile; its own test at 0
+    # reads the profile in float, so an answer of 0 is stepped up (delta(0) > delta here).
+    epsilon = gaussian_epsilon(mu, delta)
+    step = 1e-300
+    while _mp_gaussian_delta(mu, epsilon) > delta:
+        epsilon, step = epsilon + step, step * 2.0
+    return epsilon
+
+
+_UNIT_ROUNDOFF = 2.0**-53

@@ -332,43 +332,79 @@ class PiecewiseMechanism(_MeanMechanism):
         return mean / self._alpha
 
     def confidence_interval(self, reports: LocalReports, alpha: float = 0.05) -> tuple[float, float]:
-        """A (1 - alpha) interval on the mean of the reporters' values: estimate +- a fixed half-width
-        from concentration inequalities, clipped to [-1, 1]; conservative.
+        """A (1 - alpha) interval on the mean of the reporters' values: estimate +- a half-width from
+        concentration inequalities, clipped to [-1, 1]; conservative.
 
-        The debiased reports Z_i = report_i / alpha_pm are independent, E Z_i = x_i, |Z_i| <= C / alpha_pm,
-        so Z_i - x_i lies within b = C / alpha_pm + 1 of 0, and Var Z_i <= sigma^2, the largest
-        :meth:`report_variance` over [-1, 1]. The half-width is the smaller of Bennett's (1962, "Probability
-        inequalities for the sum of independent random variables", JASA, eq. 8b) t = sigma^2 h^-1(y) / b,
-        h(u) = (1 + u) log(1 + u) - u, y = b^2 log(2/alpha) / (n sigma^2), and Hoeffding's (1963,
-        Theorem 2) (2 C / alpha_pm) sqrt(log(2/alpha) / (2 n)); each bounds both tails by alpha/2 for
-        every set of values, and neither depends on the data, so the smaller one does too. The interval
-        therefore covers the mean with probability >= 1 - alpha for every n, epsilon and set of values
-        (the normal approximation does not: 0.89 at alpha = 0.05, epsilon = 4, n = 3); at large n it
-        is about sqrt(2 log(2/alpha)) / z_(alpha/2) (1.39 at alpha = 0.05) times as wide.
+        The debiased reports Z_i = report_i / alpha_pm are independent, E Z_i = x_i, |Z_i| <= S = C / alpha_pm,
+        so Z_i - x_i lies within b = S + 1 of 0. The half-width is the smaller of Bennett's (1962,
+        "Probability inequalities for the sum of independent random variables", JASA, eq. 8b)
+        t = sigma^2 h^-1(y) / b, h(u) = (1 + u) log(1 + u) - u, y = b^2 log(2/alpha') / (n sigma^2), and
+        Hoeffding's (1963, Theorem 2) 2 S sqrt(log(2/alpha') / (2 n)), at alpha' = 0.99 alpha; sigma^2
+        bounds the mean variance (1/n) sum_i Var(Z_i): the smaller of the largest
+        :meth:`report_variance` over [-1, 1] and a bound that holds with probability >= 1 - alpha / 100,
+        read from the mean of the Z_i^2 (see ``_variance_from_squares``). Each end errs with
+        probability <= alpha'/2 whenever sigma^2 bounds the mean variance, so the interval covers the
+        mean with probability >= 1 - alpha for every n, epsilon and set of values (the normal
+        approximation does not: 0.89 at alpha = 0.05, epsilon = 4, n = 3). At large n it is about
+        sqrt(2 log(2/alpha)) / z_(alpha/2) (1.39 at alpha = 0.05) times as wide as a normal interval
+        with the true variance, whatever the values. With the largest variance in place of the
+        data-driven bound it was up to 1.65 (epsilon = 1) and 2.34 (epsilon = 4) times as wide, for
+        values all at 0: at n = 10^6 the data-driven bound narrows it by 10 % (epsilon = 1) and 24 %
+        (epsilon = 4) for values spread evenly over [-1, 1], 16 % and 40 % for values all at 0, and
+        widens it by 0.1 % (the alpha / 100 spent on the variance) when the values all lie at -1 or 1.
 
         >>> from dpkit.noise import InsecureSeededRandom
         >>> pm = PiecewiseMechanism(4.0)
         >>> values = np.linspace(-1, 1, 2000)
         >>> low, high = pm.confidence_interval(pm.randomize(values, rng=InsecureSeededRandom(0)))
         >>> bool(low <= values.mean() <= high), round(high - low, 3)
-        (True, 0.062)
+        (True, 0.051)
         """
         return super().confidence_interval(reports, alpha)
 
+    # The share of alpha spent bounding the mean variance from the data (the rest goes to the mean).
+    _variance_share: ClassVar[float] = 0.01
+
     def _interval(self, data: NDArray[np.float64], alpha: float) -> tuple[float, float]:
         estimate = float(np.mean(data)) / self._alpha
-        half = self._half_width(data.size, alpha)
+        mean_square = float(np.mean(np.square(data))) / self._alpha**2  # of the Z_i
+        share = alpha * self._variance_share
+        if share > 0.0:
+            variance = min(self._variance_bound, self._variance_from_squares(data.size, share, mean_square))
+        else:  # alpha / 100 underflows: the worst-case variance, at the whole alpha
+            variance = self._variance_bound
+        half = self._half_width(data.size, alpha - share, variance)
         return estimate - half, estimate + half
 
-    def _half_width(self, n: int, alpha: float) -> float:
-        """The interval's half-width for n reports (a function of n, epsilon and alpha only)."""
+    def _half_width(self, n: int, alpha: float, variance: float) -> float:
+        """Half-width of a (1 - alpha) interval for n reports whose debiased variances average at most
+        ``variance`` (Bennett and Hoeffding, each end alpha/2; Hoeffding ignores ``variance``)."""
         scale = self._c / self._alpha  # |Z_i| <= scale
         spread = scale + 1.0  # |Z_i - x_i| <= spread
         log_term = math.log(2.0 / alpha)
-        variance = self._variance_bound
         bennett = variance * _bennett_inverse(spread * spread * log_term / (n * variance)) / spread
         hoeffding = 2.0 * scale * math.sqrt(log_term / (2.0 * n))
         return min(bennett, hoeffding) * (1.0 + 1e-9)
+
+    def _variance_from_squares(self, n: int, alpha: float, mean_square: float) -> float:
+        """An upper bound, failing with probability <= ``alpha``, on the mean variance
+        v = (1/n) sum_i Var(Z_i) of n debiased reports whose squares average ``mean_square``.
+
+        With w_i = E Z_i^2 = Var(Z_i) + x_i^2 (E Z_i = x_i) and Var(Z | x) <= a + beta x^2 for every x
+        (``_variance_line``, beta >= 0): Var(Z_i) <= a + beta (w_i - Var(Z_i)), so
+        v <= (a + beta w) / (1 + beta), w the mean of the w_i. The variables w_i - Z_i^2 are
+        independent, at most w_i <= w_max (Z_i^2 >= 0), of variance <= E Z_i^4 <= S^2 w_max (Z_i^2 <= S^2),
+        so Bennett's inequality (1962, eq. 8b) bounds w by mean_square + t with probability >= 1 - alpha,
+        t = S^2 h^-1(w_max log(1/alpha) / (n S^2)), w_max the largest report_variance plus 1. The bound
+        is linear in w with slope beta/(1 + beta) < 1, so the error in w is damped; unlike an
+        empirical-Bernstein bound (Maurer & Pontil 2009, Theorem 4), it does not grow with the spread
+        of the x_i (the sample variance of the Z_i does: by the variance of the values).
+        """
+        intercept, slope = self._variance_line
+        scale_square = (self._c / self._alpha) ** 2
+        ceiling = self._variance_bound + 1.0  # w_max >= E[Z^2 | x] for every x
+        slack = scale_square * _bennett_inverse(ceiling * math.log(1.0 / alpha) / (n * scale_square))
+        return (intercept + slope * (mean_square + slack)) / (1.0 + slope) * (1.0 + 1e-9)
 
     @cached_property
     def _variance_bound(self) -> float:
@@ -378,6 +414,23 @@ class PiecewiseMechanism(_MeanMechanism):
         grid = np.linspace(-1.0, 1.0, 4097)
         largest = float(np.max(self.report_variance(grid)))
         return largest * (1.0 + 1e-9) + (4.0 * self.grid_step / self._alpha) ** 2
+
+    @cached_property
+    def _variance_line(self) -> tuple[float, float]:
+        """(a, beta), beta >= 0, with Var(Z | x) <= a + beta x^2 for every x in [-1, 1].
+
+        beta = Var(Z | 1) - Var(Z | 0) (the continuous PM's 1/(e^(eps/2) - 1); 0 if negative, as at
+        eps = 50 where the grid dominates), a = the largest Var(Z | x) - beta x^2 on a grid of 4097
+        values plus the margin of ``_variance_bound``. Why the grid suffices: given the window start s,
+        Var(cell | s) is a quadratic in s (the two outside means differ by the constant (N + M)/2 and
+        the inside and outside means are affine in s), and s is floor(s*) or floor(s*) + 1 with
+        E s = s* = (1 + x)/2 (N - M), so Var(cell | x) = Q(s*) + kappa frac(s*) (1 - frac(s*)), Q quadratic,
+        |kappa| a few cells^2: a quadratic in x plus a term that moves by less than the margin.
+        """
+        grid = np.linspace(-1.0, 1.0, 4097)
+        slope = max(0.0, float(self.report_variance(1.0)) - float(self.report_variance(0.0)))
+        largest = float(np.max(self.report_variance(grid) - slope * grid * grid))
+        return largest * (1.0 + 1e-9) + (4.0 * self.grid_step / self._alpha) ** 2, slope
 
     def report_variance(self, value: Any) -> Any:
         """Var of one *debiased* report given x, exact for the grid law."""

@@ -1,10 +1,13 @@
-"""Privacy at risk: the probability that a mechanism gives a stronger guarantee, and its cost.
+"""Privacy at risk: a probabilistic privacy level of the Laplace mechanism, and its cost.
 
 Reference implementation of Dandekar, Basu & Bressan, "Differential Privacy at Risk: Bridging
 Randomness and Privacy Budget", PoPETs 2021(1) (short French version: Dandekar, Basu, Senellart
-& Bressan, BDA 2020). Two names are kept apart: the **confidence** ``c(epsilon)`` (probability
-that the privacy loss is at most ``epsilon``) and the **risk** ``1 - c(epsilon)``; every function
-says which it returns.
+& Bressan, BDA 2020). Two names are kept apart: the **confidence** ``c(epsilon)`` and the
+**risk** ``1 - c(epsilon)``; every function says which it returns, and of what. The paper's
+(:func:`laplace_confidence`, :func:`laplace_risk`) are about the noise statistic
+``T = (epsilon0 / Delta) |eta_1 + ... + eta_k|``, ``P[T <= epsilon | T <= epsilon0]``: they are not
+the probability that the realised privacy loss is at most ``epsilon``, which the ``*_loss_confidence``
+functions and :func:`confidence_from_accountant` return.
 
 >>> from dpkit.risk import laplace_confidence, epsilon_at_risk, CostModel
 >>> round(laplace_confidence(0.3, 0.5), 4)

@@ -37,12 +37,15 @@ epsilon of the same mechanisms.
 from __future__ import annotations
 
 import math
+import sys
+from fractions import Fraction
 
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_delta, check_epsilon, check_integer, check_positive
 from dpkit.accounting import OptimalAccountant, PLDAccountant
 from dpkit.events import LaplaceEvent, PureDPEvent
-from dpkit.risk._laplace import laplace_confidence
+from dpkit.risk._laplace import check_dimension, confidence_unchecked, risk_unchecked
+from dpkit.risk._numeric import rational_to_float, scaled_product, sqrt_count
 
 __all__ = ["COMPOSITION_METHODS", "composition"]
 
@@ -76,23 +79,47 @@ def composition(
     eps = check_positive("epsilon", epsilon, allow_zero=True)
     eps0 = check_epsilon(epsilon0, "epsilon0")
     dlt = check_delta(delta, allow_zero=False)
-    check_integer("dimension", dimension, minimum=1)  # used by privacy_at_risk only, checked for every method
+    k_noise = check_dimension(dimension)  # used by privacy_at_risk only, checked for every method
     if method not in COMPOSITION_METHODS:
         raise InvalidParameterError("method", method, f"must be one of {COMPOSITION_METHODS}")
-    spread = math.sqrt(2.0 * steps * math.log(1.0 / dlt)) * eps0
-    if method in ("advanced", "privacy_at_risk") and eps0 > 700:  # e^epsilon0 overflows above ~709.78
+    if method in ("advanced", "privacy_at_risk", "pld") and eps0 > 700:
+        # e^epsilon0 overflows above ~709.78; PLDAccountant takes Laplace scales from 1/700 up
         raise InvalidParameterError(
-            "epsilon0", epsilon0, f"must be at most 700 for method={method!r} (e^epsilon0 overflows)"
+            "epsilon0",
+            epsilon0,
+            f"must be at most 700 for method={method!r} "
+            + ("(the PLD accountant's Laplace range)" if method == "pld" else "(e^epsilon0 overflows)"),
         )
+    if method == "optimal" and steps > OptimalAccountant.max_count:
+        raise InvalidParameterError(
+            "k", k, f"must be at most {OptimalAccountant.max_count} for method='optimal' (its cost grows with k)"
+        )
+    # k is any Python int (10**400 included): products with k are exact rationals rounded once, to
+    # inf beyond the float range (an epsilon rounded up), never float(k) (OverflowError) or inf * 0
     if method == "basic":
-        return steps * eps0
+        return rational_to_float(steps * Fraction(eps0))
+    root, shift = sqrt_count(steps)
+    # sqrt(2 k ln(1/delta)) epsilon0, with sqrt(k) = root 2^shift for any int k
+    spread = scaled_product((math.sqrt(2.0 * math.log(1.0 / dlt)), root, eps0), exponent=shift)
     if method == "advanced":
-        return spread + steps * eps0 * math.expm1(eps0)
+        return spread + rational_to_float(steps * Fraction(eps0) * Fraction(math.expm1(eps0)))
     if method == "privacy_at_risk":
         eps = min(eps, eps0)
-        c = laplace_confidence(eps, eps0, dimension)
-        drift = c * eps * math.expm1(eps) + (1.0 - c) * eps0 * math.expm1(eps0)
-        return spread + steps * drift
+        # c and 1 - c each to full relative precision (1.0 - c lost the digits of a small risk)
+        c, risk = confidence_unchecked(eps, eps0, k_noise), risk_unchecked(eps, eps0, k_noise)
+        promised = Fraction(c) * Fraction(eps) * Fraction(math.expm1(eps))
+        fallback = Fraction(risk) * Fraction(eps0) * Fraction(math.expm1(eps0))
+        return spread + rational_to_float(steps * (promised + fallback))
     if method == "optimal":
         return float(OptimalAccountant().compose(PureDPEvent(eps0), steps).epsilon(dlt))
-    return float(PLDAccountant(discretization=1e-3).compose(LaplaceEvent(1.0 / eps0), steps).epsilon(dlt))
+    # the Laplace scale 1/epsilon0; the largest float where 1/epsilon0 overflows (epsilon0 below 5.6e-309):
+    # less noise, the mechanism of a larger epsilon0, so a larger epsilon' (LaplaceEvent refused inf)
+    scale = min(1.0 / eps0, sys.float_info.max)
+    try:
+        return float(PLDAccountant(discretization=1e-3).compose(LaplaceEvent(scale), steps).epsilon(dlt))
+    except (InvalidParameterError, OverflowError) as error:
+        # the accountant names its own parameters (discretization, count) or overflows on a huge count
+        detail = error.allowed if isinstance(error, InvalidParameterError) else "the count overflows a float"
+        raise InvalidParameterError(
+            "k", k, f"is too large for method='pld' at epsilon0={eps0!r} ({detail}); use another method"
+        ) from error

@@ -33,11 +33,12 @@ import math
 
 import numpy as np
 
-from dpkit._errors import UnsupportedEventError
+from dpkit._errors import InvalidParameterError, UnsupportedEventError
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_integer, check_positive
 from dpkit.accounting import PLDAccountant
 from dpkit.events import GaussianEvent, LaplaceEvent, PrivacyEvent, SelfComposedEvent
+from dpkit.risk._numeric import scaled_product, sqrt_count
 
 special = LazyModule("scipy.special")
 
@@ -58,10 +59,14 @@ def gaussian_loss_confidence(epsilon: float, noise_multiplier: float, count: int
     eps = _check_loss_threshold(epsilon)
     sigma = check_epsilon(noise_multiplier, "noise_multiplier")
     steps = check_integer("count", count, minimum=1)
-    mu = math.sqrt(steps) / sigma
     if math.isinf(eps):
         return 1.0
-    return float(special.ndtr((eps - mu * mu / 2.0) / mu))
+    # mu = sqrt(count) / sigma for any Python int count (math.sqrt(10**400) raised OverflowError), inf
+    # beyond the float range; the argument eps / mu - mu / 2 of Phi is then -inf (confidence 0), where
+    # (eps - mu^2 / 2) / mu was NaN (mu^2 overflowed for a tiny sigma)
+    root, shift = sqrt_count(steps)
+    mu = scaled_product((root,), (sigma,), exponent=shift)
+    return float(special.ndtr(eps / mu - mu / 2.0))
 
 
 def laplace_loss_confidence(epsilon: float, epsilon0: float) -> float:
@@ -74,6 +79,11 @@ def laplace_loss_confidence(epsilon: float, epsilon0: float) -> float:
     """
     eps = _check_loss_threshold(epsilon)
     eps0 = check_epsilon(epsilon0, "epsilon0")
+    return _laplace_loss_confidence(eps, eps0)
+
+
+def _laplace_loss_confidence(eps: float, eps0: float) -> float:
+    # eps0 = inf stands for a LaplaceEvent whose 1 / noise_multiplier overflows: the limit, 0 below eps = inf
     if eps >= eps0:
         return 1.0
     return 0.5 * math.exp(-(eps0 - eps) / 2.0)
@@ -106,6 +116,17 @@ def confidence_from_accountant(accountant_or_event: PLDAccountant | PrivacyEvent
     True
     """
     eps = _check_loss_threshold(epsilon)
+    try:
+        return _confidence_from_accountant(accountant_or_event, eps)
+    except OverflowError as error:  # PLDAccountant converts a composition count to float (10**400 overflows)
+        raise InvalidParameterError(
+            "accountant_or_event",
+            accountant_or_event,
+            "must compose a number of events the PLD accountant can evaluate (a count overflowed a float)",
+        ) from error
+
+
+def _confidence_from_accountant(accountant_or_event: PLDAccountant | PrivacyEvent, eps: float) -> float:
     if isinstance(accountant_or_event, PLDAccountant):
         if not accountant_or_event.history:
             raise UnsupportedEventError("the accountant has composed nothing: its loss is 0")
@@ -115,8 +136,8 @@ def confidence_from_accountant(accountant_or_event: PLDAccountant | PrivacyEvent
     event = accountant_or_event
     if isinstance(event, GaussianEvent):
         return gaussian_loss_confidence(eps, event.noise_multiplier)
-    if isinstance(event, LaplaceEvent):
-        return laplace_loss_confidence(eps, 1.0 / event.noise_multiplier)
+    if isinstance(event, LaplaceEvent):  # 1 / noise_multiplier may overflow (it was refused as "epsilon0: got inf")
+        return _laplace_loss_confidence(eps, 1.0 / float(event.noise_multiplier))
     if isinstance(event, SelfComposedEvent) and isinstance(event.event, GaussianEvent):
         return gaussian_loss_confidence(eps, event.event.noise_multiplier, event.count)
     accountant = PLDAccountant(getattr(event, "neighbours", PLDAccountant().neighbours))

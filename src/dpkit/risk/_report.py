@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpkit._errors import InvalidParameterError
+from dpkit._validation import check_delta, check_epsilon
 from dpkit.risk._composition import composition
 from dpkit.risk._cost import CostModel
 from dpkit.risk._laplace import laplace_confidence
@@ -26,11 +28,38 @@ __all__ = ["cli_main", "gdpr_example", "report"]
 GDPR_E = 550_000.0
 GDPR_EPSILON0 = (0.5, 0.6, 0.7)
 
+#: What the ``confidence`` of a row is, in words (printed by ``dpkit risk``).
+CONFIDENCE_MEANING = (
+    "c1(eps*) = P[T <= eps* | T <= eps0], the paper's confidence about the noise statistic "
+    "T = (eps0 / Delta) |eta|; not the probability that the realised privacy loss is at most eps*"
+)
+
+
+def _check_epsilon0s(epsilon0s: Any) -> tuple[float, ...]:
+    allowed = "must be a sequence of real numbers in (0, 700] (e^epsilon0 overflows in the compositions above 709.78)"
+    if isinstance(epsilon0s, str | bytes) or not isinstance(epsilon0s, Iterable):
+        raise InvalidParameterError("epsilon0s", epsilon0s, allowed)
+    values = []
+    for value in epsilon0s:
+        try:
+            checked = check_epsilon(value, "epsilon0s")
+        except InvalidParameterError:
+            raise InvalidParameterError("epsilon0s", epsilon0s, allowed) from None
+        if checked > 700:
+            raise InvalidParameterError("epsilon0s", epsilon0s, allowed)
+        values.append(checked)
+    return tuple(values)
+
 
 def gdpr_example(
     E: float = GDPR_E, c: float = 1.0, epsilon0s: tuple[float, ...] = GDPR_EPSILON0, delta: float = 1e-5
 ) -> dict[str, Any]:
     """Returns the **numbers** of the GDPR illustration: optimum, budgets and savings per ``epsilon0``.
+
+    Each row's ``confidence`` is the paper's noise confidence ``c_1(eps*) = P[T <= eps* | T <= eps0]``
+    (:func:`dpkit.risk.laplace_confidence`), not the probability that the realised privacy loss is at
+    most ``eps*``. Every parameter is checked before any computation: ``E`` and ``c`` as in
+    :class:`CostModel`, each of ``epsilon0s`` in ``(0, 700]``, ``0 < delta < 1``.
 
     >>> rows = gdpr_example()["rows"]
     >>> [round(r["optimal_epsilon"], 4) for r in rows]
@@ -39,8 +68,10 @@ def gdpr_example(
     True
     """
     model = CostModel(E, c=c)
+    levels = _check_epsilon0s(epsilon0s)
+    check_delta(delta, allow_zero=False)
     rows = []
-    for eps0 in epsilon0s:
+    for eps0 in levels:
         best = model.optimal_epsilon(eps0)
         with_risk = model.expected_budget(best, eps0)
         without = model.cost(eps0)
@@ -81,7 +112,11 @@ def report(path_prefix: str | Path) -> dict[str, Any]:
         grid = np.linspace(0.0, eps0 * 1.2, 200)
         solid = ax_conf.plot(grid, [laplace_confidence(e, eps0) for e in grid], "-", label=f"ε₀={eps0}")[0]
         ax_conf.plot(grid, [laplace_confidence(e, eps0, 3) for e in grid], "--", color=solid.get_color())
-    ax_conf.set(xlabel="ε", ylabel="confidence c(ε)", title="Laplace: confidence of ε-DP (dashed: k=3)")
+    ax_conf.set(
+        xlabel="ε",
+        ylabel="noise confidence P[T ≤ ε | T ≤ ε₀]",
+        title="Laplace noise statistic T, not the privacy loss (dashed: k=3)",
+    )
     ax_conf.legend(fontsize=8)
     for row in numbers["rows"]:
         eps0 = row["epsilon0"]
@@ -133,12 +168,13 @@ def cli_main(argv: list[str] | None = None) -> int:
         print(json.dumps(numbers, sort_keys=True))
         return 0
     print(f"GDPR illustration: E = {numbers['E']:.0f}, c = {numbers['c']}, E_min = {numbers['E_min']}")
-    print(f"{'eps0':>5} {'eps*':>7} {'conf':>6} {'budget w/o risk':>16} {'budget w/ risk':>15} {'saving':>10}")
+    print(f"{'eps0':>5} {'eps*':>7} {'c1(eps*)':>8} {'budget w/o risk':>16} {'budget w/ risk':>15} {'saving':>10}")
     for row in numbers["rows"]:
         print(
-            f"{row['epsilon0']:>5} {row['optimal_epsilon']:>7.4f} {row['confidence']:>6.3f} "
+            f"{row['epsilon0']:>5} {row['optimal_epsilon']:>7.4f} {row['confidence']:>8.3f} "
             f"{row['budget_without_risk']:>16.2f} {row['budget_with_risk']:>15.2f} {row['saving']:>10.2f}"
         )
+    print(CONFIDENCE_MEANING)
     if args.plot:
         print(f"plot: {numbers['plot']}")
     return 0

@@ -30,6 +30,7 @@ import math
 import numbers
 from collections.abc import Callable
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
@@ -38,7 +39,8 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_epsilon, check_integer, check_positive, check_probability
 from dpkit.noise import RandomSource, resolve_source
-from dpkit.risk._laplace import laplace_confidence
+from dpkit.risk._laplace import check_dimension, confidence_unchecked
+from dpkit.risk._numeric import scaled_product
 
 __all__ = [
     "SensitivityDistribution",
@@ -60,8 +62,12 @@ def dkw_sample_size(rho: float, alpha: float) -> int:
     """
     r = check_probability("rho", rho, open_low=True, open_high=True)
     a = check_probability("alpha", alpha, open_low=True, open_high=True)
-    # a relative margin of 1e-13 covers the rounding of the quotient: n is never one short
-    n = math.ceil(math.log(2.0 / (1.0 - a)) / (2.0 * r * r) * (1.0 + 1e-13))
+    log_term = math.log(2.0 / (1.0 - a))
+    if r >= 1e-150:
+        # a relative margin of 1e-13 covers the rounding of the quotient: n is never one short
+        n = math.ceil(log_term / (2.0 * r * r) * (1.0 + 1e-13))
+    else:  # 2 rho^2 underflows (ZeroDivisionError): the same quotient in exact rationals, n beyond 1e299
+        n = math.ceil(Fraction(log_term) / (2 * Fraction(r) ** 2) * (1 + Fraction(1, 10**13)))
     return max(1, n)
 
 
@@ -73,10 +79,16 @@ def dkw_confidence(n: int, rho: float) -> float:
     """
     size = check_integer("n", n, minimum=1)
     r = check_probability("rho", rho, open_low=True, open_high=True)
-    # rounded down (a confidence is a lower bound): the exponent is shrunk by a relative 1e-15, more
-    # than its rounding and exp's, and the difference is stepped one ulp towards 0 (1.0, when
-    # 2 e^{-2 n rho^2} < 2^-54, is kept: alpha = 1 is allowed for large n)
-    value = 1.0 - 2.0 * math.exp(-2.0 * size * r * r * (1.0 - 1e-15))
+    # the exponent 2 n rho^2 as an exact rational rounded once: n may be any Python int (float(10**400)
+    # raised OverflowError) and rho^2 may underflow (an n of 10**400 times 0.0). Rounded down (a
+    # confidence is a lower bound): the exponent is shrunk by a relative 1e-15, more than its rounding
+    # and exp's, and the difference is stepped one ulp towards 0 (1.0, when 2 e^{-2 n rho^2} < 2^-54,
+    # is kept: alpha = 1 is allowed for large n)
+    try:
+        exponent = float(2 * size * Fraction(r) ** 2)
+    except OverflowError:
+        exponent = math.inf
+    value = 1.0 - 2.0 * math.exp(-exponent * (1.0 - 1e-15))
     return max(0.0, value if value == 1.0 else math.nextafter(value, -math.inf))
 
 
@@ -129,9 +141,16 @@ class SensitivityDistribution:
 
     def cdf(self, value: float) -> float:
         """The empirical CDF ``F_n(value)`` (``value`` a real number, +-inf allowed)."""
-        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real) or math.isnan(value):
-            raise InvalidParameterError("value", value, "must be a real number (not NaN)")
-        return float(np.searchsorted(self.samples, float(value), side="right")) / self.n
+        allowed = "must be a real number (not NaN)"
+        if isinstance(value, bool | np.bool_) or not isinstance(value, numbers.Real):
+            raise InvalidParameterError("value", value, allowed)
+        try:
+            point = float(value)
+        except OverflowError:  # an int or Fraction beyond the float range (math.isnan raised) is beyond every sample
+            point = math.inf if value > 0 else -math.inf
+        if math.isnan(point):
+            raise InvalidParameterError("value", value, allowed)
+        return float(np.searchsorted(self.samples, point, side="right")) / self.n
 
     def band(self, value: float) -> tuple[float, float]:
         """``(max(F_n - rho, 0), min(F_n + rho, 1))`` at ``value``."""
@@ -186,7 +205,14 @@ def sampled_sensitivity(
                 query,
                 f"must answer both datasets with the same shape; got {answer_x.shape} and {answer_y.shape}",
             )
-        values[i] = float(np.sum(np.abs(answer_x - answer_y)))
+        with np.errstate(over="ignore", invalid="ignore"):
+            values[i] = float(np.sum(np.abs(answer_x - answer_y)))
+        if not math.isfinite(values[i]):  # NaN or infinite answers, or a distance beyond the float range
+            raise InvalidParameterError(
+                "query",
+                query,
+                f"must answer with finite values at a finite L1 distance; the pair {i} is at {values[i]}",
+            )
     return SensitivityDistribution(values, rho)
 
 
@@ -221,13 +247,21 @@ def coupled_confidence(
     """
     eps = check_positive("epsilon", epsilon, allow_zero=True)
     eps0 = check_epsilon(epsilon0, "epsilon0")
-    k = check_integer("dimension", dimension, minimum=1)
+    k = check_dimension(dimension)
     if not isinstance(distribution, SensitivityDistribution):
         raise InvalidParameterError(
             "distribution", distribution, "must be a SensitivityDistribution (see sampled_sensitivity)"
         )
-    scale = distribution.maximum if calibration_sensitivity is None else calibration_sensitivity
-    s = check_positive("calibration_sensitivity", scale)
+    if calibration_sensitivity is None:
+        if distribution.maximum == 0.0:  # the default calibration: named as the user gave it
+            raise InvalidParameterError(
+                "distribution",
+                distribution,
+                "must have a positive sample to calibrate with (all are 0); or pass calibration_sensitivity > 0",
+            )
+        s = distribution.maximum
+    else:
+        s = check_positive("calibration_sensitivity", calibration_sensitivity)
     values, counts = np.unique(distribution.samples, return_counts=True)
     upper = np.cumsum(counts) / distribution.n
     lower = np.maximum(upper - distribution.rho, 0.0)  # the stochastically largest admissible CDF
@@ -236,9 +270,23 @@ def coupled_confidence(
     for value, mass in zip(values, masses, strict=True):
         if mass <= 0.0:
             continue
-        effective = eps0 * float(value) / s
-        expectation += float(mass) * (1.0 if effective <= eps else laplace_confidence(eps, effective, k))
+        expectation += float(mass) * _pair_confidence(eps, eps0, float(value), s, k)
     return distribution.alpha * min(1.0, expectation)
+
+
+def _pair_confidence(eps: float, eps0: float, sensitivity: float, calibration: float, k: int) -> float:
+    """``c_k(eps; eps0 D / s)`` for a pair of sensitivity ``D``: 1 for ``D = 0``.
+
+    The calibration ``eps0 D / s`` may leave the float range: beyond it (inf) the confidence is the
+    limit ``F_k(eps)``, rounded down; below it (0.0 for a true value under 2.5e-324) the pair is
+    ``eps``-DP for every ``eps > 0``, and for ``eps = 0`` the confidence is 0 (``F_k(0) = 0``), not 1.
+    """
+    if sensitivity == 0.0:
+        return 1.0
+    effective = scaled_product((eps0, sensitivity), (calibration,))
+    if effective == 0.0:
+        return 1.0 if eps > 0.0 else 0.0
+    return confidence_unchecked(eps, effective, k)
 
 
 def paper_coupled_confidence(
@@ -332,6 +380,8 @@ def paper_coupled_confidence(
     s = check_positive("sampled_sensitivity", sampled_sensitivity)
     r = check_probability("rho", rho, open_low=True, open_high=True)
     a = check_probability("alpha", alpha, open_low=True)
-    k = check_integer("dimension", dimension, minimum=1)
-    eta = 1.0 + 2.0 * r / s
-    return a * laplace_confidence(eps, eta * eps0, k)
+    k = check_dimension(dimension)
+    # eta epsilon0 = epsilon0 + epsilon0 (2 rho) / Delta*; beyond the float range it is inf and c_k is its
+    # limit F_k(epsilon), rounded down (eta * epsilon0 overflowed and was refused as "epsilon0: got inf")
+    effective = eps0 + scaled_product((eps0, 2.0 * r), (s,))
+    return a * confidence_unchecked(eps, effective, k)

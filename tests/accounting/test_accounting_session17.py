@@ -14,7 +14,7 @@ import pytest
 
 from dpkit.accounting import PLDAccountant
 from dpkit.accounting._rdp import poisson_sampled_gaussian_rdp
-from dpkit.events import GaussianEvent, LaplaceEvent, PoissonSampledEvent
+from dpkit.events import GaussianEvent, LaplaceEvent, PoissonSampledEvent, PrivacyEvent
 
 DATA = Path(__file__).parent.parent / "data"
 
@@ -193,3 +193,31 @@ def test_region_sums_agree_with_the_signed_series_where_that_is_tight(q: float, 
     (precise,) = _precise_fractional(q, sigma, [alpha])
     assert precise is not None
     assert lower / (alpha - 1) * (1 - 1e-12) <= precise <= upper / (alpha - 1) * (1 + 1e-12)
+
+
+@pytest.mark.parametrize(
+    ("event", "expected"),
+    [
+        (GaussianEvent(1.0), "inf"),  # mu = 1e200: delta 1 at every float epsilon
+        (LaplaceEvent(1.0), "count"),  # on the grid: refused by name
+    ],
+)
+def test_counts_beyond_float_range_answer_or_are_refused_by_name(event: PrivacyEvent, expected: str) -> None:
+    """A count of 10**400 raised a bare OverflowError (float(count) in the merge, the direct-summation
+    cost and the Chernoff window); found by the risk QA round through dpkit.risk.composition."""
+    from dpkit._errors import InvalidParameterError
+
+    accountant = PLDAccountant().compose(event, 10**400)
+    if expected == "inf":
+        assert accountant.epsilon(1e-5) == math.inf and accountant.delta(1e300) == 1.0
+    else:
+        with pytest.raises(InvalidParameterError, match="^count: .*RDPAccountant"):
+            accountant.epsilon(1e-5)
+
+
+def test_a_pure_dp_count_beyond_float_range_is_composed_directly() -> None:
+    from dpkit.events import ApproxDPEvent, PureDPEvent
+
+    for event in (PureDPEvent(1e-300), ApproxDPEvent(1e-300, 1e-200)):
+        accountant = PLDAccountant().compose(event, 10**400)
+        assert accountant.epsilon(1e-5) == math.inf and accountant.delta(1.0) == 1.0

@@ -597,10 +597,19 @@ def _strided(pld: _Pld) -> tuple[int, int, FloatArray] | None:
     return pld.start + int(nonzero[0]), stride, np.asarray(values, dtype=np.float64)
 
 
+def _times_count(count: int, value: float) -> float:
+    """count * value in float, for any int count (10**400 times a float raised OverflowError)."""
+    if value == 0.0 or count < 2**1000:
+        return count * value
+    return math.copysign(math.exp(math.log(count) + math.log(abs(value))), value)
+
+
 def _powers_cost(length: int, count: int) -> tuple[float, int]:
     """Multiply-adds and result length of ``count``-fold self-convolution by repeated squaring."""
     cost, result, square = 0.0, 0, length
     while count:
+        if square > 2**60:  # (a count like 10**400: no direct summation; floats of it would overflow)
+            return math.inf, 0
         if count & 1:
             cost += float(result) * square
             result = square if result == 0 else result + square - 1
@@ -673,7 +682,7 @@ def _compose_exactly(parts: list[tuple[_Pld, int]], tail_mass: float, pessimisti
     infinity = 0.0
     if any(p.infinity > 0 for p, _c in parts):
         # 1 - prod (1 - inf_p)^c_p, each step within a few u: rounded up by a relative 2 (k + 6) u.
-        exact = -math.expm1(sum(c * math.log1p(-p.infinity) for p, c in parts))
+        exact = -math.expm1(sum(_times_count(c, math.log1p(-p.infinity)) for p, c in parts))
         infinity = min(1.0, exact * (1 + 2 * (len(parts) + 6) * u) if pessimistic else exact)
     trimmed = _trim(_Pld(0, values, infinity), tail_mass, pessimistic)  # on the stride, before spreading
     if (len(trimmed.probs) - 1) * stride + 1 > _MAX_GRID_POINTS:
@@ -689,11 +698,16 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
     exactly = _compose_exactly(parts, tail_mass, pessimistic)
     if exactly is not None:
         return exactly
+    for _p, c in parts:
+        if c > _MAX_GRID_COUNT:  # (10**400 raised OverflowError in the Chernoff bounds below)
+            raise InvalidParameterError(
+                "count", c, "must be at most 2**62 for an event composed on the PLD grid; use RDPAccountant"
+            )
     base = sum(p.start * c for p, c in parts)
     top = sum((p.start + len(p.probs) - 1) * c for p, c in parts)
     survive = 1.0
     for p, c in parts:
-        survive *= (1.0 - p.infinity) ** c
+        survive *= (1.0 - p.infinity) ** c if c < 2**53 else math.exp(_times_count(c, math.log1p(-p.infinity)))
     # Chernoff bounds on the sum of the finite parts (sub-probability measures; Markov's inequality
     # holds for them as well): P(S >= u) <= exp(log M(l) - l u).
     up = sum(c * _log_mgf(p, h, _LAMBDAS) for p, c in parts)
@@ -726,6 +740,9 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
         infinity += rounding  # the FFT's rounding error over the window, also at +inf
     return _trim(_Pld(lower, window, min(infinity, 1.0)), tail_mass, pessimistic)
 
+
+#: Most times one event may be composed on the grid (its count enters float arithmetic there).
+_MAX_GRID_COUNT = 2**1000
 
 #: Most grid points of a composed PLD (its long-double spectra then take about 0.3 GB).
 _MAX_GRID_POINTS = 2**24
@@ -1109,6 +1126,13 @@ class PLDAccountant(PrivacyAccountant):
         if not self._gaussians:
             return 0.0
         sigmas = {event: _plain_gaussian(event) or math.inf for event in self._gaussians}
+        if max(self._gaussians.values()) > 2**900:
+            # Counts beyond float range (10**400 raised OverflowError): sum in logs, scaled by the
+            # largest term, and round up by a relative 1e-12, far above these few roundings.
+            logs = [math.log(count) - 2 * math.log(sigmas[event]) for event, count in self._gaussians.items()]
+            top = max(logs)
+            log_mu = (top + math.log(math.fsum(math.exp(x - top) for x in logs))) / 2
+            return math.exp(log_mu) * (1 + 1e-12) if log_mu < 709 else math.inf
         terms = [
             math.nextafter(float(count) / (sigmas[event] * sigmas[event]) * (1 + 8 * _UNIT_ROUNDOFF), math.inf)
             for event, count in self._gaussians.items()
@@ -1203,14 +1227,18 @@ class PLDAccountant(PrivacyAccountant):
         if self._only_gaussians():
             # The composition is one Gaussian: its exact profile (Balle & Wang 2018, Thm. 8) at
             # 60 digits or more, rounded up (pessimistic) or to nearest.
-            exact = float(_mp_gaussian_delta(self._gaussian_mu(), epsilon))
+            mu = self._gaussian_mu()
+            if mu > _HUGE_MU:
+                return 1.0
+            exact = float(_mp_gaussian_delta(mu, epsilon))
             return min(1.0, math.nextafter(exact, math.inf) if self.pessimistic else exact)
         h = self.discretization
         return max(_delta_at(p, h, epsilon, self._allowance(p)) for p in self._materialise() if p is not None)
 
     def _epsilon(self, delta: float) -> float:
         if self._only_gaussians():
-            return _gaussian_epsilon(self._gaussian_mu(), delta)
+            mu = self._gaussian_mu()
+            return math.inf if mu > _HUGE_MU else _gaussian_epsilon(mu, delta)
         h = self.discretization
         return max(_epsilon_at(p, h, delta, self._allowance(p)) for p in self._materialise() if p is not None)
 
@@ -1243,3 +1271,9 @@ def _gaussian_epsilon(mu: float, delta: float) -> float:
 
 
 _UNIT_ROUNDOFF = 2.0**-53
+
+#: Above this mu (mu^2 / 2 > 2e308, beyond every float epsilon) the profile's first term is
+#: Phi(mu / 2 - eps / mu) = 1 to float precision and the second is below e^-(1e150): delta is 1
+#: (rounded up) at every epsilon and epsilon is inf at every delta < 1. (mpmath's erfc raises
+#: OverflowError near mu = 1e155, a composition of 10**310 Gaussians.)
+_HUGE_MU = 2e154

@@ -33,7 +33,7 @@ import math
 
 import numpy as np
 
-from dpkit._errors import InvalidParameterError, UnsupportedEventError
+from dpkit._errors import UnsupportedEventError
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_epsilon, check_integer, check_positive
 from dpkit.accounting import PLDAccountant
@@ -116,14 +116,7 @@ def confidence_from_accountant(accountant_or_event: PLDAccountant | PrivacyEvent
     True
     """
     eps = _check_loss_threshold(epsilon)
-    try:
-        return _confidence_from_accountant(accountant_or_event, eps)
-    except OverflowError as error:  # PLDAccountant converts a composition count to float (10**400 overflows)
-        raise InvalidParameterError(
-            "accountant_or_event",
-            accountant_or_event,
-            "must compose a number of events the PLD accountant can evaluate (a count overflowed a float)",
-        ) from error
+    return _confidence_from_accountant(accountant_or_event, eps)
 
 
 def _confidence_from_accountant(accountant_or_event: PLDAccountant | PrivacyEvent, eps: float) -> float:

@@ -701,7 +701,7 @@ def _compose_all(parts: list[tuple[_Pld, int]], h: float, tail_mass: float, pess
     for _p, c in parts:
         if c > _MAX_GRID_COUNT:  # (10**400 raised OverflowError in the Chernoff bounds below)
             raise InvalidParameterError(
-                "count", c, "must be at most 2**62 for an event composed on the PLD grid; use RDPAccountant"
+                "count", c, "must be at most 2**1000 for an event composed on the PLD grid; use RDPAccountant"
             )
     base = sum(p.start * c for p, c in parts)
     top = sum((p.start + len(p.probs) - 1) * c for p, c in parts)

@@ -1,7 +1,7 @@
 """Accuracy reporting at extreme parameters, against mpmath references of the law actually sampled.
 
 Every mechanism reports accuracy for the noise it really adds (integer noise on a public grid). The
-regimes where that law is handled differently (coarser grids at small epsilon, q = e^{-1/s} within
+regimes where that law is handled differently (huge noise in grid units at small epsilon, q = e^{-1/s} within
 1e-9 of 1, tails of 1e-300, huge sigmas summed in closed form) are where the reported numbers have
 gone wrong before; each test below names the wrong answer it catches. References are computed with
 40-50 significant digits (mpmath), from the pmf of the released law, independently of the code
@@ -88,8 +88,8 @@ LAPLACE_CASES = [
     (1e12, 1e-6, 1),
     (1e-6, 50.0, 1),
     (1.0, 1.0, 10**6),
-    (3.3, 1e-3, 7),  # non-integer sensitivity, coarsened grid
-    (1.0, 1e-9, 1),  # grid step 2^0 = the sensitivity: the scale doubles
+    (3.3, 1e-3, 7),  # non-integer sensitivity, noise of about 2^34 grid units
+    (1.0, 1e-9, 1),  # noise of 2^50 grid units, drawn in two exact parts (the old grid doubled the scale)
 ]
 
 
@@ -155,8 +155,8 @@ def test_laplace_quantile_is_valid_for_alphas_at_the_tail_values():
         (1.0, 3e-6, 0.9, 1),
         (1.0, 1e-12, 0.05, 1),  # below one grid step: h must be 0
         (0.37, 5e-7, 0.5, 1),
-        (1.0, 1e9, 0.05, 1),  # the grid coarsens with the noise
-        (1.0, 1e12, 0.05, 1),  # grid step 16: effective sensitivity 17
+        (1.0, 1e9, 0.05, 1),  # noise of about 2^48 grid units
+        (1.0, 1e12, 0.05, 1),  # about 2^58 grid units (the old grid step 16 made the sensitivity 17)
         (1.0, 1.0, 1e-12, 10**6),
     ],
 )

@@ -230,10 +230,10 @@ def test_two_part_noise_has_the_exact_law(law, monkeypatch):
     """G = 2^j H + L with H geometric at scale 2^-j t and the bits of L independent: checked against
     the exact pmf at a small scale (the split threshold lowered from 2^36 to 2^2 so that the low bits
     are far from fair coins), and the mean at a real split scale (2^45)."""
-    from dpkit.mechanisms import exponential
+    from dpkit.noise import _samplers  # the two-part samplers live in dpkit.noise
 
-    sampler = exponential.geometric_units if law == "geometric" else exponential.discrete_laplace_units
-    monkeypatch.setattr(exponential, "_FAST_SCALE_BITS", 2)
+    sampler = _samplers.geometric_units if law == "geometric" else _samplers.discrete_laplace_units
+    monkeypatch.setattr(_samplers, "_FAST_SCALE_BITS", 2)
     scale = 37.3  # j = 4: H at scale 2.33, four low bits
     draws = np.array(sampler(scale, 200_000, InsecureSeededRandom(25)), dtype=np.int64)
     q = math.exp(-1 / scale)

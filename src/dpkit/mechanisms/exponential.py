@@ -29,7 +29,7 @@ is about, and the gap can be exploited. Here:
    Bernoulli(exp(-rate * 2^j)) trials over the set bits j of m (``rate * 2^j`` is an exact float).
 4. Noise added to scores (report-noisy-max, sparse vector) is exact integer noise in grid units;
    a scale above 2^36 units (epsilon below about 1e-4) is drawn in two exact parts, high and low bits
-   (:func:`geometric_units`), and added in exact integer arithmetic.
+   (:func:`dpkit.noise.geometric_units`), and added in exact integer arithmetic.
 
 The released law is therefore exactly an exponential mechanism with epsilon at most the stated
 one, with no floating-point gap.
@@ -51,15 +51,7 @@ from dpkit._validation import as_fraction, check_data, check_epsilon, check_inte
 from dpkit.events import PrivacyEvent, PureDPEvent
 from dpkit.guarantees import PureDP
 from dpkit.mechanisms._base import Mechanism, check_noise_range
-from dpkit.noise import (
-    RandomSource,
-    bernoulli_exp,
-    bernoulli_logistic,
-    discrete_laplace,
-    geometric,
-    resolve_source,
-    uniform_integers,
-)
+from dpkit.noise import RandomSource, bernoulli_exp, resolve_source, uniform_integers
 
 __all__ = ["Exponential"]
 
@@ -73,10 +65,6 @@ _GRID_BITS = 20
 # Python-integer gaps are split into int64 halves m = high 2^62 + low for the Bernoulli trials.
 _LOW_BITS = 62
 _LOW_MASK = (1 << _LOW_BITS) - 1
-# Noise scales up to 2^36 grid units are drawn by the samplers directly (their float fast path
-# needs its exact fallback for about scale 2^-43 of the draws, 1 in 128 at 2^36); larger ones in
-# two parts (see geometric_units).
-_FAST_SCALE_BITS = 36
 # Clamps and clips of noisy scores stay at least 2^15 noise scales away (never below 2^52 units):
 # a value beyond one moves the noisy comparison with probability at most e^-(2^15).
 _CLAMP_SCALE_BITS = 15
@@ -252,52 +240,6 @@ def noise_clamp(scale: float) -> int:
     (the samplers' own range here) it is 2^52, as it always was.
     """
     return 1 << max(_MAX_GAP.bit_length() - 1, math.frexp(scale)[1] + _CLAMP_SCALE_BITS)
-
-
-def _split_bits(scale: float) -> int:
-    """j >= 0 with scale / 2^j < 2^36: the low bits drawn one by one by :func:`geometric_units`."""
-    return max(0, math.frexp(scale)[1] - _FAST_SCALE_BITS)
-
-
-def geometric_units(scale: float, size: int, rng: RandomSource) -> NDArray[Any]:
-    """Exact one-sided geometric noise, P(G = m) = (1 - q) q^m with q = exp(-1/scale), for any scale.
-
-    Below 2^36 this is :func:`dpkit.noise.geometric` (int64). Above, with j the smallest integer
-    with scale / 2^j < 2^36, G = 2^j H + L is drawn in two independent parts (Python integers, an
-    object array). For P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is
-    geometric with ratio q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`dpkit.noise.geometric`
-    at the exact float scale scale 2^-j; and q^l = prod_i q^(2^i b_i) over the bits b_i of l, so
-    the bits are independent with P(b_i = 1) = q^(2^i) / (1 + q^(2^i)) = 1 / (1 + exp(2^i / scale)),
-    the complement of an exact :func:`dpkit.noise.bernoulli_logistic` trial at 2^i / scale (taken
-    as an exact fraction). The law is exactly the geometric law of this scale: no rounding.
-    """
-    bits = _split_bits(scale)
-    if bits == 0:
-        return geometric(scale, size, rng=rng)
-    total = geometric(math.ldexp(scale, -bits), size, rng=rng).astype(object) << bits
-    exact_scale = Fraction(scale)
-    for start in range(0, bits, _LOW_BITS):
-        chunk = np.zeros(size, dtype=np.int64)
-        for bit in range(start, min(bits, start + _LOW_BITS)):
-            ones = ~bernoulli_logistic(Fraction(1 << bit) / exact_scale, 1, size, rng=rng)
-            chunk |= ones.astype(np.int64) << (bit - start)
-        total = total + (chunk.astype(object) << start)
-    result: NDArray[Any] = total
-    return result
-
-
-def discrete_laplace_units(scale: float, size: int, rng: RandomSource) -> NDArray[Any]:
-    """Exact discrete Laplace noise, P(X = x) = (1 - q) / (1 + q) q^|x| with q = exp(-1/scale), for any scale.
-
-    Below 2^36 this is :func:`dpkit.noise.discrete_laplace` (int64). Above, X = G - G' for two
-    independent draws of :func:`geometric_units` at this scale (Python integers): for x >= 0,
-    P(G - G' = x) = sum_m (1 - q)^2 q^(m + x) q^m = (1 - q)^2 q^x / (1 - q^2) = (1 - q) / (1 + q) q^x,
-    and the law is symmetric.
-    """
-    if _split_bits(scale) == 0:
-        return discrete_laplace(scale, size, rng=rng)
-    difference: NDArray[Any] = geometric_units(scale, size, rng) - geometric_units(scale, size, rng)
-    return difference
 
 
 def sample_exponential(gaps: NDArray[Any], rate: float, count: int, rng: RandomSource) -> NDArray[np.int64]:

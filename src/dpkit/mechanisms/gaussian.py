@@ -19,6 +19,15 @@ Steinke 2020, "The discrete Gaussian for differential privacy"), so every output
 Rounding moves neighbouring values apart by at most one grid step per coordinate: the snapped query
 has L2 sensitivity at most Delta + sqrt(d) 2^k, and sigma is calibrated for that effective sensitivity.
 
+The grid is 2^-20 of the per-coordinate share Delta / sqrt(d) (:func:`dpkit.noise.sensitivity_grid_exponent`),
+so Delta + sqrt(d) 2^k <= (1 + 2^-20) Delta, wherever sigma then fits the discrete Gaussian sampler
+(at most 2^40 grid units: sqrt(d) sigma / Delta up to about 2^20). Beyond, the grid is coarsened by
+the fewest bits that bring sigma within 2^40 units, and the effective sensitivity grows by about
+sqrt(d) sigma / (2^40 Delta) (reported in ``effective_sensitivity`` and ``sigma``). The grid is
+never coarser than the one of 2^30 units of nominal noise (dpkit's grid before); where even that
+one needs more than 2^40 units, or sigma would reach :data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007,
+outputs beyond float64), the mechanism is refused at construction, naming epsilon.
+
 The discrete Gaussian is (Delta^2 / (2 sigma^2))-zCDP exactly like the continuous one (CKS 2020,
 Thm 14), but its (epsilon, delta) curve is not literally the continuous one, so the (epsilon, delta)
 claim is proved for the discrete law itself:
@@ -49,8 +58,17 @@ from dpkit._validation import check_delta, check_epsilon, check_integer, check_p
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
-from dpkit.mechanisms.laplace import _round_down, check_release_value, shape_like, stack_like
-from dpkit.noise import MAX_SCALE, RandomSource, discrete_gaussian, grid_exponent, resolve_source, snap_to_grid
+from dpkit.mechanisms.laplace import _round_down, check_dimension, check_release_value, shape_like, stack_like
+from dpkit.noise import (
+    MAX_RELEASE_SCALE,
+    MAX_SCALE,
+    RandomSource,
+    add_noise_on_grid,
+    discrete_gaussian,
+    grid_exponent,
+    resolve_source,
+    snap_to_grid,
+)
 
 optimize = LazyModule("scipy.optimize")
 special = LazyModule("scipy.special")
@@ -272,7 +290,10 @@ class Gaussian(NumericMechanism):
     epsilon: > 0 (< 1 for ``calibration="classic"``; warns above 5).
     delta: 0 < delta < 1.
     calibration: ``"analytic"`` (Balle & Wang 2018, default) or ``"classic"`` (Dwork & Roth, epsilon < 1).
-    dimension: number of coordinates released.
+    dimension: number of coordinates released (at most 2**40).
+
+    The effective sensitivity Delta + sqrt(d) 2^k is at most (1 + 2^-20) Delta wherever sigma fits the
+    discrete Gaussian sampler on that grid (module docstring).
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = Gaussian(1.0, 1.0, 1e-5)
@@ -301,7 +322,7 @@ class Gaussian(NumericMechanism):
         if calibration not in _CALIBRATIONS:
             raise InvalidParameterError("calibration", calibration, "must be 'analytic' or 'classic'")
         self.calibration = calibration
-        self.dimension = check_integer("dimension", dimension, minimum=1)
+        self.dimension = check_dimension(dimension)
         if calibration == "classic" and self.epsilon >= 1:
             raise InvalidParameterError(
                 "epsilon",
@@ -311,33 +332,63 @@ class Gaussian(NumericMechanism):
             )
         check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=_LARGEST_EPSILON)  # e^epsilon s in log_ndtr
         warn_if_risky(self.epsilon, delta=self.delta)
-        nominal = (
-            analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
-            if calibration == "analytic"
-            else classic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
-        )
-        # The grid comes from public parameters and the nominal sigma; then it is fixed.
-        self.grid_exponent = grid_exponent(self.sensitivity, nominal, self.dimension, norm=2)
-        self._shift_units = self._units_for(self.sensitivity)
-        self.effective_sensitivity = math.ldexp(self._shift_units, self.grid_exponent)
-        sigma_units = self._calibrate_units()
+        try:
+            nominal = (
+                analytic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+                if calibration == "analytic"
+                else classic_gaussian_sigma(self.epsilon, self.delta, self.sensitivity)
+            )
+        except OverflowError:  # sigma beyond the float range
+            nominal = math.inf
+        if not nominal < MAX_RELEASE_SCALE:
+            raise self._too_much_noise(epsilon, f"{nominal:.4g}")
+        # The grid comes from public parameters and the nominal sigma: 2^-20 of the share Delta / sqrt(d)
+        # unless sigma would then pass the sampler's 2^40 grid units (module docstring).
+        exponent = grid_exponent(self.sensitivity, nominal, self.dimension, norm=2, max_noise_units=MAX_SCALE)
+        # Coarsened at most to the grid of 2^30 units of nominal noise: beyond, the inflated sensitivity
+        # would cost more than refusing (the zCDP route at a tiny epsilon needs up to 1e11 sigma per unit).
+        last = grid_exponent(self.sensitivity, nominal, self.dimension, norm=2)
+        while True:
+            shift_units = self._units_for(self.sensitivity, exponent)
+            sigma_units = self._calibrate_units(shift_units)
+            if sigma_units <= MAX_SCALE or exponent >= last:
+                break
+            # sigma in grid units falls at most by half per bit of coarsening (the shift does), so the
+            # first grid within the sampler's range is at least log2(sigma_units / 2^40) - 1 bits away.
+            exponent = min(last, exponent + max(1, math.ceil(math.log2(sigma_units / MAX_SCALE)) - 1))
         if sigma_units > MAX_SCALE:
-            # (beyond a sensitivity / epsilon of about 2^30 the grid cannot coarsen further than the
-            # sensitivity, so the noise in grid steps outgrows the sampler: refused here, not at release)
+            # (no grid brings the noise within the sampler's range with an effective sensitivity
+            # dpkit accepts: beyond a sensitivity / epsilon of about 2^30 the grid cannot coarsen
+            # further than the sensitivity, so the noise in grid steps outgrows the sampler)
             raise InvalidParameterError(
                 "epsilon",
                 epsilon,
                 f"with delta {delta:g} needs {sigma_units:.3g} grid steps of noise, beyond the discrete "
                 f"Gaussian sampler's {MAX_SCALE:g} (2**40): raise epsilon or delta",
             )
+        self.grid_exponent = exponent
+        self._shift_units = shift_units
+        self.effective_sensitivity = math.ldexp(shift_units, exponent)
         self._sigma_units = sigma_units
-        self.sigma = math.ldexp(sigma_units, self.grid_exponent)  # exact power-of-two rescaling
+        if math.frexp(sigma_units)[1] - 1 + exponent >= math.frexp(MAX_RELEASE_SCALE)[1] - 1:
+            raise self._too_much_noise(epsilon, f"{sigma_units:.4g} x 2**{exponent}")  # at least 2^1007
+        self.sigma = math.ldexp(sigma_units, exponent)  # exact power-of-two rescaling
+
+    def _too_much_noise(self, epsilon: float, sigma: str) -> InvalidParameterError:
+        return InvalidParameterError(
+            "epsilon",
+            epsilon,
+            f"with delta {self.delta:g} and sensitivity {self.sensitivity!r} needs noise sigma {sigma}: it "
+            f"must stay below 2**1007 ({MAX_RELEASE_SCALE:.4g}) for the releases to stay within float64 (raise "
+            "epsilon or delta)",
+        )
 
     # -- calibration -----------------------------------------------------------------------------
 
-    def _units_for(self, distance: float) -> float:
-        """Most L2 distance, in grid units, between snapped values whose raw values are ``distance`` apart."""
-        raw = math.ldexp(distance, -self.grid_exponent)
+    def _units_for(self, distance: float, exponent: int | None = None) -> float:
+        """Most L2 distance, in grid units (of the grid 2^exponent, by default the mechanism's), between
+        snapped values whose raw values are ``distance`` apart."""
+        raw = math.ldexp(distance, -(self.grid_exponent if exponent is None else exponent))
         if self.dimension == 1:
             return float(math.floor(raw) + 1)  # an integer shift: |rint(x) - rint(y)| <= floor(|x - y|) + 1
         return round_up(raw + math.sqrt(self.dimension))  # ||a + 1|| <= ||a|| + sqrt(d)
@@ -349,12 +400,13 @@ class Gaussian(NumericMechanism):
         rho = round_up(shift_units**2 / (2 * sigma_units**2))
         return _zcdp_delta(rho, self.epsilon)
 
-    def _calibrate_units(self) -> float:
-        """Smallest sigma (grid units) whose rigorous delta meets the target, never below the formula's."""
+    def _calibrate_units(self, shift_units: float) -> float:
+        """Smallest sigma (grid units) whose rigorous delta at this sensitivity (grid units) meets the
+        target, never below the formula's."""
         # The formula's sigma for the effective sensitivity (grid units) is the natural start.
         formula = analytic_gaussian_sigma if self.calibration == "analytic" else classic_gaussian_sigma
-        start = formula(self.epsilon, self.delta, self._shift_units)
-        accept = lambda s: self._delta_at(s, self._shift_units) <= self.delta  # noqa: E731
+        start = formula(self.epsilon, self.delta, shift_units)
+        accept = lambda s: self._delta_at(s, shift_units) <= self.delta  # noqa: E731
         high = start
         while not accept(high):
             high = round_up(high * 1.01)
@@ -465,17 +517,18 @@ class Gaussian(NumericMechanism):
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """``value`` plus discrete Gaussian noise on the grid 2^k; same shape as ``value``."""
         values, scalar = check_release_value(value, self.dimension)
-        snapped = snap_to_grid(values, self.grid_exponent)  # refuses an overflowing value before any noise
+        # Refuses an overflowing value before any noise is drawn.
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._sigma_units)
         source = resolve_source(rng)
         noise = discrete_gaussian(self._sigma_units, values.size, rng=source)
-        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = add_noise_on_grid(snapped, noise, self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, self.dimension)
-        snapped = snap_to_grid(values, self.grid_exponent)
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._sigma_units)
         noise = discrete_gaussian(self._sigma_units, values.size * count, rng=source).reshape(count, values.size)
-        noisy = snapped[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = add_noise_on_grid(snapped[None, :], noise, self.grid_exponent)
         return stack_like(noisy, scalar, value)
 
     # -- accuracy --------------------------------------------------------------------------------

@@ -10,7 +10,16 @@ grid 2^k and *discrete* Laplace noise (in grid units) is added, so every output 
 2^k and the released law is exactly the discrete Laplace law on that grid. Rounding moves two
 neighbouring values apart by at most one grid step per coordinate, so the snapped query has L1
 sensitivity at most ``U = floor(Delta / 2^k) + d`` grid units; the scale is calibrated for the
-effective sensitivity ``Delta + d * 2^k`` (about one part in a million above Delta).
+effective sensitivity ``Delta + d * 2^k``.
+
+The grid is 2^-20 of the per-coordinate share Delta / d (:func:`dpkit.noise.sensitivity_grid_exponent`),
+whatever epsilon, so ``Delta + d 2^k <= (1 + 2^-20) Delta``. (It must not coarsen with the noise: a
+step coarser than Delta / d would make the effective sensitivity d times the step, not Delta.)
+A small epsilon then means a large noise in grid units, about 2^20 d / epsilon: scales from 2^36
+units are drawn exactly in two parts (:func:`dpkit.noise.discrete_laplace_units`), and the value
+plus the noise is an exact integer, rounded once to a float (:func:`dpkit.noise.add_noise_on_grid`,
+post-processing). Every epsilon in [2^-60, inf) is accepted whose noise scale stays below
+:data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, so that outputs stay within float64).
 """
 
 from __future__ import annotations
@@ -24,13 +33,25 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_data, check_epsilon, check_integer, check_positive, warn_if_risky
 from dpkit.events import LaplaceEvent, PrivacyEvent
 from dpkit.guarantees import PureDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range, check_unmasked
-from dpkit.noise import RandomSource, discrete_laplace, grid_exponent, resolve_source, snap_to_grid
+from dpkit.noise import (
+    MAX_RELEASE_SCALE,
+    RandomSource,
+    add_noise_on_grid,
+    discrete_laplace_units,
+    resolve_source,
+    sensitivity_grid_exponent,
+    snap_to_grid,
+)
 
 __all__ = ["Laplace"]
+
+#: Most coordinates one release draws noise for (the samplers' per-call limit: 2**40 draws).
+MAX_DIMENSION = 2**40
 
 
 def _exact_upper(value: float) -> Fraction:
@@ -42,6 +63,16 @@ def _round_down(value: float, ulps: int = 4) -> float:
     for _ in range(ulps):
         value = math.nextafter(value, -math.inf)
     return value
+
+
+def check_dimension(dimension: Any) -> int:
+    """The number of coordinates of a vector release: an integer in [1, 2**40]."""
+    d = check_integer("dimension", dimension, minimum=1)
+    if d > MAX_DIMENSION:
+        raise InvalidParameterError(
+            "dimension", dimension, "must be at most 2**40 (the most coordinates one release draws noise for)"
+        )
+    return d
 
 
 def check_release_value(value: Any, dimension: int) -> tuple[NDArray[np.float64], bool]:
@@ -78,6 +109,20 @@ def stack_like(noisy: NDArray[np.float64], scalar: bool, value: Any) -> NDArray[
     return noisy.reshape((noisy.shape[0], *np.shape(value)))
 
 
+def _smallest_epsilon(sensitivity: float, dimension: int) -> float:
+    """The smallest float epsilon :class:`Laplace` accepts for this sensitivity and dimension.
+
+    At least 2^-60, and large enough that the noise scale (Delta + d 2^k) / epsilon stays below
+    :data:`~dpkit.noise.MAX_RELEASE_SCALE` (epsilon read as the decimal it was typed as).
+    """
+    step = Fraction(2) ** sensitivity_grid_exponent(sensitivity, dimension)
+    bound = (_exact_upper(sensitivity) + dimension * step) / Fraction(MAX_RELEASE_SCALE)
+    candidate = float(bound)
+    while as_fraction(candidate) <= bound:
+        candidate = math.nextafter(candidate, math.inf)
+    return max(2.0**-60, candidate)
+
+
 class Laplace(NumericMechanism):
     """epsilon-DP release of a real (or real vector) query of L1 sensitivity ``sensitivity``.
 
@@ -87,9 +132,11 @@ class Laplace(NumericMechanism):
 
     Parameters
     ----------
-    sensitivity: L1 sensitivity Delta of the query (> 0, finite).
-    epsilon: privacy parameter (> 0, finite; warns above 5).
-    dimension: number of coordinates released (the grid and the scale depend on it).
+    sensitivity: L1 sensitivity Delta of the query (in [2**-1000, 2**1000]).
+    epsilon: privacy parameter (at least 2**-60, with sensitivity / epsilon below about 2**1007; warns above 5).
+    dimension: number of coordinates released (at most 2**40; the grid and the scale depend on it).
+
+    The effective sensitivity Delta + d 2^k is at most (1 + 2^-20) Delta for every accepted epsilon.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = Laplace(sensitivity=1.0, epsilon=0.5)
@@ -106,23 +153,32 @@ class Laplace(NumericMechanism):
     def __init__(self, sensitivity: float, epsilon: float, *, dimension: int = 1) -> None:
         self.sensitivity = check_positive("sensitivity", sensitivity)
         self.epsilon = check_epsilon(epsilon)
-        self.dimension = check_integer("dimension", dimension, minimum=1)
+        self.dimension = check_dimension(dimension)
         check_noise_range(self.sensitivity, self.epsilon)
         warn_if_risky(self.epsilon)
-        nominal = self.sensitivity / self.epsilon
-        # The grid depends on public parameters only; it is fixed from the nominal scale first,
-        # and the final scale is then calibrated to the sensitivity the grid implies.
-        self.grid_exponent = grid_exponent(self.sensitivity, round_up(nominal), self.dimension)
+        # The grid depends on the sensitivity and the dimension only (module docstring); the scale
+        # is calibrated to the sensitivity the grid implies.
+        self.grid_exponent = sensitivity_grid_exponent(self.sensitivity, self.dimension)
         step = Fraction(2) ** self.grid_exponent
-        self.effective_sensitivity = float(_exact_upper(self.sensitivity) + self.dimension * step)
+        effective = _exact_upper(self.sensitivity) + self.dimension * step
+        self.effective_sensitivity = float(effective)
         epsilon_exact = as_fraction(self.epsilon)
         # The guarantee's exact epsilon must bound (Delta + d 2^k) / scale; verify in exact arithmetic.
-        needed = (_exact_upper(self.sensitivity) + self.dimension * step) / epsilon_exact
+        needed = effective / epsilon_exact
+        if needed >= Fraction(MAX_RELEASE_SCALE):
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                f"must be greater than {float(effective / Fraction(MAX_RELEASE_SCALE)):.6g} for sensitivity "
+                f"{self.sensitivity!r}: the noise scale (about sensitivity / epsilon) must stay below "
+                f"2**1007 ({MAX_RELEASE_SCALE:.4g}) for the releases to stay within float64",
+            )
         scale = round_up(float(needed))
         while Fraction(scale) < needed:
             scale = math.nextafter(scale, math.inf)
         self.scale = scale
-        self._units_scale = math.ldexp(scale, -self.grid_exponent)  # exact: a power-of-two rescaling
+        # Exact (a power-of-two rescaling); at most about 2^21 d / epsilon <= 2^121 grid units.
+        self._units_scale = math.ldexp(scale, -self.grid_exponent)
         self._q = math.exp(-1.0 / self._units_scale)
 
     @classmethod
@@ -131,9 +187,12 @@ class Laplace(NumericMechanism):
         interval is within ``accuracy``.
 
         For the continuous law, P(|Y| > t) = exp(-t / b) gives epsilon = Delta ln(1/alpha) / accuracy;
-        the grid makes the true scale larger (slightly, or up to twice for epsilon near 2^-30), so
-        epsilon is moved until ``noise_quantile(alpha) <= accuracy`` holds for the released (discrete)
-        law, then bisected down to the smallest such epsilon.
+        the grid makes the true scale slightly larger (by at most a factor 1 + 2^-20, at every epsilon:
+        see the module docstring) and the released law is discrete, so epsilon is moved until
+        ``noise_quantile(alpha) <= accuracy`` holds for the released law, then bisected down to the
+        smallest such epsilon. A target met even at the smallest epsilon the mechanism accepts
+        (2^-60, or the one keeping the noise scale below 2^1007) has no smallest epsilon in range and
+        is refused with an :class:`~dpkit.InvalidParameterError` naming ``accuracy``.
 
         >>> mechanism = Laplace.from_accuracy(1.0, accuracy=10.0, alpha=0.05)
         >>> mechanism.noise_quantile(0.05) <= 10.0, round(mechanism.epsilon, 3)
@@ -142,13 +201,22 @@ class Laplace(NumericMechanism):
         sens = check_positive("sensitivity", sensitivity)
         target = check_positive("accuracy", accuracy)
         level = check_alpha(alpha)
+        d = check_dimension(dimension)
+        smallest = _smallest_epsilon(sens, d)
 
         def achieved(epsilon: float) -> float:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
-                return cls(sens, epsilon, dimension=dimension).noise_quantile(level)
+                return cls(sens, epsilon, dimension=d).noise_quantile(level)
 
-        epsilon = sens * math.log(1 / level) / target
+        if achieved(smallest) <= target:
+            raise InvalidParameterError(
+                "accuracy",
+                accuracy,
+                f"is met even at the smallest epsilon this mechanism accepts for sensitivity {sens!r} "
+                f"({smallest:g}); the smallest epsilon meeting it lies below that limit",
+            )
+        epsilon = max(sens * math.log(1 / level) / target, smallest)
         for _ in range(200):
             reached = achieved(epsilon)
             if reached <= target:
@@ -156,20 +224,19 @@ class Laplace(NumericMechanism):
             epsilon = round_up(epsilon * max(reached / target, 1 + 1e-9))
         else:  # pragma: no cover
             raise InternalError("Laplace.from_accuracy did not converge")
-        # The steps above can overshoot (a coarser grid at small epsilon, or a target within a few
-        # grid steps): bracket the smallest epsilon from below and bisect to a relative 1e-9.
-        high, low = epsilon, epsilon / 2
-        while achieved(low) <= target:
-            high, low = low, low / 2
-            if low < 1e-300:  # pragma: no cover
-                raise InternalError("Laplace.from_accuracy: accuracy reachable at every epsilon")
+        # The steps above can overshoot (a target within a few grid steps, where the discrete
+        # quantile jumps): bracket the smallest epsilon from below and bisect to a relative 1e-9.
+        # The target is missed at ``smallest`` (checked above), so the bracket stops there.
+        high, low = epsilon, max(epsilon / 2, smallest)
+        while low > smallest and achieved(low) <= target:
+            high, low = low, max(low / 2, smallest)
         while high / low > 1 + 1e-9:
             middle = math.sqrt(low * high)
             if achieved(middle) <= target:
                 high = middle
             else:
                 low = middle
-        return cls(sens, high, dimension=dimension)  # warns once if epsilon is risky
+        return cls(sens, high, dimension=d)  # warns once if epsilon is risky
 
     # -- privacy -------------------------------------------------------------------------------
 
@@ -202,17 +269,18 @@ class Laplace(NumericMechanism):
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """``value`` plus discrete Laplace noise on the grid 2^k; same shape as ``value``."""
         values, scalar = check_release_value(value, self.dimension)
-        snapped = snap_to_grid(values, self.grid_exponent)  # refuses an overflowing value before any noise
+        # Refuses an overflowing value before any noise is drawn.
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._units_scale)
         source = resolve_source(rng)
-        noise = discrete_laplace(self._units_scale, values.size, rng=source)
-        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noise = discrete_laplace_units(self._units_scale, values.size, source)
+        noisy = add_noise_on_grid(snapped, noise, self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, self.dimension)
-        snapped = snap_to_grid(values, self.grid_exponent)
-        noise = discrete_laplace(self._units_scale, values.size * count, rng=source).reshape(count, values.size)
-        noisy = snapped[None, :] + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._units_scale)
+        noise = discrete_laplace_units(self._units_scale, values.size * count, source).reshape(count, values.size)
+        noisy = add_noise_on_grid(snapped[None, :], noise, self.grid_exponent)
         return stack_like(noisy, scalar, value)
 
     # -- accuracy (exact, for the discrete law on the grid) ---------------------------------------
@@ -227,12 +295,13 @@ class Laplace(NumericMechanism):
         """Smallest integer m >= 0 with P(|Z| > m) = P(|Z| >= m + 1) <= level (1 - 1e-12)."""
         s = self._units_scale
         guess = math.ceil(s * (math.log(2.0) - math.log(level) - math.log1p(self._q))) - 1  # 2 / level may overflow
-        m = max(0, guess - 2)
         # A relative margin of 1e-12 absorbs the float error of the tail (below 1e-13 relative), so
-        # that the exact tail is at most ``level``.
-        while self._tail_units(m + 1) > level * (1 - 1e-12):
-            m += 1
-        return m
+        # that the exact tail is at most ``level``. The guess is off by about s |ln level| 2^-52 units,
+        # far below one up to s = 2^31 (where the grid used to coarsen): there the search only steps
+        # up from guess - 2, as before; at larger scales (a small epsilon, units up to 2^121) it
+        # gallops and bisects from the guess, in O(log) tail evaluations.
+        fits = lambda m: self._tail_units(m + 1) <= level * (1 - 1e-12)  # noqa: E731
+        return first_true(fits, max(0, guess - 2))
 
     def noise_quantile(self, alpha: float) -> float:
         """Half-width h with P(|noise| <= h) >= 1 - alpha, exact for the discrete Laplace on the grid

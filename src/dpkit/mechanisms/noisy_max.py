@@ -21,13 +21,18 @@ from dpkit.mechanisms.exponential import (
     check_candidates,
     check_flag,
     clamp_cap,
-    discrete_laplace_units,
-    geometric_units,
     noise_clamp,
     rate_down,
     scale_up,
 )
-from dpkit.noise import RandomSource, permutation, resolve_source, uniform_integers
+from dpkit.noise import (
+    RandomSource,
+    discrete_laplace_units,
+    geometric_units,
+    permutation,
+    resolve_source,
+    uniform_integers,
+)
 
 __all__ = ["PermuteAndFlip", "ReportNoisyMax"]
 
@@ -56,7 +61,7 @@ class ReportNoisyMax(_SelectionMechanism):
     (U / epsilon with ``monotonic=True``), U = floor(Delta / 2^k) + 1, so t 2^k is within a
     factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^36
     grid units and more (epsilon below about 1e-4) are drawn exactly in two parts and added to the scores
-    in exact integer arithmetic (:func:`~dpkit.mechanisms.exponential.geometric_units`):
+    in exact integer arithmetic (:func:`~dpkit.noise.geometric_units`):
 
     - ``noise="exponential"`` (default): one-sided geometric noise P(Z = z) ∝ e^{-z/t}, z >= 0,
       the discrete analogue of exponential noise. With continuous exponential noise of scale

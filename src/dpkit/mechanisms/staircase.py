@@ -23,11 +23,20 @@ gamma > 0), q = exp(-1/t)
 with t >= 1/epsilon (so q >= e^-epsilon), and b' in [q, 1]. v is non-increasing and v(j + W) = q v(j),
 so any shift of at most W units changes P(Z = z) by a factor at most 1/q <= e^epsilon: the release
 is epsilon-DP exactly.
-Sampling is exact: a geometric number of steps (:func:`dpkit.noise.geometric`), the sub-step by the
+Sampling is exact: a geometric number of steps (:func:`dpkit.noise.geometric_units`: drawn in two
+exact parts from a step scale t of 2^36, epsilon below about 1.5e-11), the sub-step by the
 two-coin rejection (a rational coin from :func:`dpkit.noise.bernoulli_rational` and an exact
 Bernoulli(e^-y) from :func:`dpkit.noise.bernoulli_exp`, b' = 2^-j e^-y), a uniform position in the
 sub-step (:func:`dpkit.noise.uniform_integers`) and a fair sign, with (0, -) rejected so that 0 is
-not counted twice.
+not counted twice. The noise is an exact integer (a Python integer where int64 could overflow), and
+the value plus the noise is rounded once to a float (:func:`dpkit.noise.add_noise_on_grid`).
+
+The grid is 2^-20 of the sensitivity, k = floor(log2 Delta) - 20, at every epsilon, so the step is
+W = floor(Delta / 2^k) + 1 in (2^20, 2^21] grid units and the effective sensitivity W 2^k is at most
+Delta + 2^k <= (1 + 2^-20) Delta. (A grid coarsened with the noise made W one unit, and the
+effective sensitivity the grid step: 16 Delta at epsilon 1e-10.) Every epsilon in [2^-60, 1024] is
+accepted whose noise, about Delta / epsilon, stays below :data:`dpkit.noise.MAX_RELEASE_SCALE`
+(2^1007, so that outputs stay within float64).
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from dpkit._errors import InvalidParameterError
 from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_epsilon, check_positive, check_probability, warn_if_risky
 from dpkit.events import PrivacyEvent, PureDPEvent
@@ -46,12 +56,14 @@ from dpkit.guarantees import PureDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
 from dpkit.mechanisms.laplace import check_release_value, shape_like, stack_like
 from dpkit.noise import (
+    MAX_RELEASE_SCALE,
     RandomSource,
+    add_noise_on_grid,
     bernoulli_exp,
     bernoulli_rational,
-    geometric,
-    grid_exponent,
+    geometric_units,
     resolve_source,
+    sensitivity_grid_exponent,
     snap_to_grid,
     uniform_integers,
 )
@@ -66,6 +78,8 @@ __all__ = [
 
 # An upper bound on ln 2 (0.69314718055994530941... < 0.6931471805599454).
 _LN2_UPPER = Fraction(6931471805599454, 10**16)
+# Noise magnitudes steps * W + position stay int64 while steps < 2^62 / W; beyond, Python integers.
+_INT64_MAGNITUDE = 2**62
 
 
 def optimal_gamma_l1(epsilon: float) -> float:
@@ -76,9 +90,19 @@ def optimal_gamma_l1(epsilon: float) -> float:
 
 def optimal_gamma_l2(epsilon: float) -> float:
     """gamma* minimising E[X^2] (Geng & Viswanath 2016, Thm 5), b = e^-eps:
-    -b/(1-b) + (b - 2b^2 + 2b^4 - b^5)^{1/3} / (2^{1/3} (1-b)^2)."""
+    -b/(1-b) + (b - 2b^2 + 2b^4 - b^5)^{1/3} / (2^{1/3} (1-b)^2).
+
+    Computed without cancellation: b - 2b^2 + 2b^4 - b^5 = b (1 - b)^3 (1 + b), so gamma* = (u - b) / (1 - b)
+    with u = (b (1 + b) / 2)^{1/3}, and u - b = (u^3 - b^3) / (u^2 + u b + b^2) with
+    u^3 - b^3 = b (1 - b) (1 + 2b) / 2: gamma* = b (1 + 2b) / (2 (u^2 + u b + b^2)). (The textbook form
+    lost every digit below epsilon ~1e-6: complex at 1e-8, -1e12 at 1e-12; the limit is 1/2.)
+
+    >>> round(optimal_gamma_l2(1.0), 6), round(optimal_gamma_l2(1e-12), 6)
+    (0.416737, 0.5)
+    """
     b = math.exp(-check_epsilon(epsilon))
-    return -b / (1 - b) + (b - 2 * b**2 + 2 * b**4 - b**5) ** (1 / 3) / (2 ** (1 / 3) * (1 - b) ** 2)
+    u = (b * (1 + b) / 2) ** (1 / 3)
+    return b * (1 + 2 * b) / (2 * (u * u + u * b + b * b))
 
 
 def _continuous_moments(epsilon: float, sensitivity: float, gamma: float) -> tuple[float, float]:
@@ -86,9 +110,10 @@ def _continuous_moments(epsilon: float, sensitivity: float, gamma: float) -> tup
     # G ~ Geometric(b), offset uniform on [0, gamma) w.p. p0 = gamma / (gamma + (1 - gamma) b), else
     # uniform on [gamma, 1).
     b = math.exp(-epsilon)
+    one_minus_b = -math.expm1(-epsilon)  # 1 - b to full precision (it kept ~4 digits at epsilon 1e-12)
     p0 = gamma / (gamma + (1 - gamma) * b)
-    mean_g = b / (1 - b)
-    second_g = b * (1 + b) / (1 - b) ** 2
+    mean_g = b / one_minus_b
+    second_g = b * (1 + b) / one_minus_b**2
     mean_offset = p0 * gamma / 2 + (1 - p0) * (1 + gamma) / 2
     second_offset = p0 * gamma**2 / 3 + (1 - p0) * (1 + gamma + gamma**2) / 3
     amplitude = sensitivity * (mean_g + mean_offset)
@@ -123,8 +148,8 @@ class Staircase(NumericMechanism):
 
     Parameters
     ----------
-    sensitivity: |f(D) - f(D')| bound Delta (> 0, finite).
-    epsilon: > 0 (warns above 5).
+    sensitivity: |f(D) - f(D')| bound Delta (in [2**-1000, 2**1000]).
+    epsilon: in [2**-60, 1024], with sensitivity / epsilon below about 2**1007 (warns above 5).
     gamma: split of each step in [0, 1]; default the l1-optimal 1 / (1 + e^{eps/2}).
 
     >>> from dpkit.noise import InsecureSeededRandom
@@ -142,7 +167,8 @@ class Staircase(NumericMechanism):
         check_noise_range(self.sensitivity, self.epsilon, largest_epsilon=1024.0)  # e^{epsilon/2} below
         self.gamma = optimal_gamma_l1(self.epsilon) if gamma is None else check_probability("gamma", gamma)
         warn_if_risky(self.epsilon)
-        self.grid_exponent = grid_exponent(self.sensitivity, round_up(self.sensitivity / self.epsilon))
+        # The grid depends on the sensitivity only (module docstring).
+        self.grid_exponent = sensitivity_grid_exponent(self.sensitivity)
         # Snapped neighbours differ by at most floor(Delta / 2^k) + 1 grid units: that is the step width.
         self.step_units = math.floor(math.ldexp(self.sensitivity, -self.grid_exponent)) + 1
         self.effective_sensitivity = math.ldexp(float(self.step_units), self.grid_exponent)
@@ -157,6 +183,17 @@ class Staircase(NumericMechanism):
         while Fraction(t) * epsilon_exact < 1:
             t = math.nextafter(t, math.inf)
         self._step_scale = t
+        # The noise is about t steps of W units: its scale t W 2^k (compared by exponents, as it may
+        # overflow) must stay below 2^1007 to keep releases within float64.
+        if math.frexp(t * self.step_units)[1] - 1 + self.grid_exponent >= math.frexp(MAX_RELEASE_SCALE)[1] - 1:
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                f"must be greater than {self.effective_sensitivity / MAX_RELEASE_SCALE:.6g} for sensitivity "
+                f"{self.sensitivity!r}: the noise scale (about sensitivity / epsilon) must stay below 2**1007 "
+                f"({MAX_RELEASE_SCALE:.4g}) for the releases to stay within float64",
+            )
+        self._units_scale = t * self.step_units  # (about) the noise scale in grid units, for the value limit
         self._q = math.exp(-1.0 / t)
         # The lower sub-step's relative weight b' = 2^-j e^-y with j ln 2 + y <= 1/t (so q <= b' <= 1),
         # written this way so that the acceptance coin e^-y stays above 1/4.
@@ -190,8 +227,9 @@ class Staircase(NumericMechanism):
 
     # -- sampling --------------------------------------------------------------------------------
 
-    def _sample_units(self, size: int, source: RandomSource) -> NDArray[np.int64]:
-        out = np.empty(size, dtype=np.int64)
+    def _sample_units(self, size: int, source: RandomSource) -> NDArray[Any]:
+        """``size`` exact draws of the discrete staircase law, in grid units (int64, or Python integers)."""
+        chunks: list[NDArray[Any]] = []
         filled = 0
         m, width = self.high_units, self.step_units
         while filled < size:
@@ -199,7 +237,10 @@ class Staircase(NumericMechanism):
             high_branch = bernoulli_rational(self._p_high_branch, batch, rng=source)
             # The lower sub-step is kept with probability e^-y (two-coin rejection).
             keep = high_branch | bernoulli_exp(self._coin_exponent, batch, rng=source)
-            steps = geometric(self._step_scale, batch, rng=source)
+            # int64 below a step scale of 2^36; Python integers above (two exact parts).
+            steps = geometric_units(self._step_scale, batch, source)
+            if steps.dtype != object and int(steps.max()) >= _INT64_MAGNITUDE // width:
+                steps = steps.astype(object)  # steps * W could pass int64: exact integers instead
             position = np.empty(batch, dtype=np.int64)
             n_high = int(high_branch.sum())
             if n_high:
@@ -207,27 +248,28 @@ class Staircase(NumericMechanism):
             if batch - n_high:
                 position[~high_branch] = m + uniform_integers(width - m, batch - n_high, rng=source)
             negative = uniform_integers(2, batch, rng=source).astype(bool)
-            magnitude = steps * width + position
+            magnitude = steps * width + (position.astype(object) if steps.dtype == object else position)
             keep &= ~(negative & (magnitude == 0))  # 0 has one sign only
             values = np.where(negative, -magnitude, magnitude)[keep][: size - filled]
-            out[filled : filled + values.size] = values
+            chunks.append(values)
             filled += values.size
-        return out
+        return np.concatenate(chunks) if chunks else np.empty(0, dtype=np.int64)
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """``value`` plus discrete staircase noise on the grid 2^k (a scalar query)."""
         values, scalar = check_release_value(value, 1)
-        snapped = snap_to_grid(values, self.grid_exponent)  # refuses an overflowing value before any noise
+        # Refuses an overflowing value before any noise is drawn.
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._units_scale)
         source = resolve_source(rng)
         noise = self._sample_units(1, source)
-        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = add_noise_on_grid(snapped, noise, self.grid_exponent)
         return shape_like(noisy, scalar, value)
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         values, scalar = check_release_value(value, 1)
-        snapped = snap_to_grid(values, self.grid_exponent)[0]
+        snapped = snap_to_grid(values, self.grid_exponent, noise_scale=self._units_scale)
         noise = self._sample_units(count, source)
-        noisy = snapped + np.ldexp(noise.astype(np.float64), self.grid_exponent)
+        noisy = add_noise_on_grid(snapped, noise, self.grid_exponent)
         return stack_like(noisy.reshape(count, 1), scalar, value)
 
     # -- the released law, exactly ------------------------------------------------------------------

@@ -3,14 +3,19 @@
 A real-valued query is released on a public grid of spacing 2^k: the value is rounded to the
 grid, integer noise (in grid units) is added, and the result is multiplied back. Every output
 is then a multiple of 2^k whose low bits carry no trace of the private value. The exponent k is
-chosen from public parameters only (the sensitivity, the dimension and the noise scale).
-Rounding moves neighbouring values apart by at most 2^k per coordinate, which the mechanisms
-add to their sensitivity.
+chosen from public parameters only (the sensitivity, the dimension and, for
+:func:`grid_exponent`, the noise scale). Rounding moves neighbouring values apart by at most 2^k
+per coordinate, which the mechanisms add to their sensitivity.
+
+The sum of the value and the noise (in grid units) is an exact integer; turning it into a float
+(:func:`add_noise_on_grid`, rounded once to the nearest float, saturating at the largest finite
+float) is post-processing of that integer, so it costs no privacy whatever the noise's size.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -18,62 +23,120 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_integer, check_positive
 
-__all__ = ["grid_exponent", "snap_to_grid"]
+__all__ = ["MAX_RELEASE_SCALE", "add_noise_on_grid", "grid_exponent", "sensitivity_grid_exponent", "snap_to_grid"]
 
 # The grid is 2^-20 of the per-coordinate sensitivity share, so rounding inflates the
 # sensitivity by about one part in a million...
 _GRID_BITS = 20
-# ...unless the noise would then exceed 2^30 grid units, where the samplers' float fast path
-# starts to need its exact fallback more often; then the grid coarsens to noise / 2^30.
+# ...and grid_exponent, by default, coarsens it once the noise would exceed 2^30 grid units (the
+# samplers' float fast path needs its exact fallback more often above): then the grid is noise / 2^30.
 _MAX_NOISE_UNITS = 2.0**30
+# Value limits leave room for noise up to 2^15 of its scales (2^63 units for int64 noise of
+# unknown scale): a draw beyond has probability below e^-(2^14) and saturates (add_noise_on_grid).
+_NOISE_BOUND_SCALE_BITS = 15
+_INT64_NOISE_BITS = 63
+# Noise within 2^1022 leaves every value below 2^1000 (the largest the mechanisms take) room.
+_LARGEST_NOISE_BOUND_BITS = 1022
+#: Largest noise scale (in output units, 2^k times the scale in grid units) whose releases stay
+#: within float64: 2^15 such scales stay below 2^1022.
+MAX_RELEASE_SCALE = math.ldexp(1.0, _LARGEST_NOISE_BOUND_BITS - _NOISE_BOUND_SCALE_BITS)
+# Integer-valued floats up to 2^53 are exact, so int64 noise below it converts exactly.
+_EXACT_FLOAT_INTEGER = 2**53
+_LARGEST_FLOAT = float(np.finfo(np.float64).max)
 
 
-def grid_exponent(sensitivity: float, noise_scale: float, dimension: int = 1, *, norm: int = 1) -> int:
+def sensitivity_grid_exponent(sensitivity: float, dimension: int = 1, *, norm: int = 1) -> int:
+    """k = floor(log2(share)) - 20 for the per-coordinate share Delta / d (L1) or Delta / sqrt(d) (L2).
+
+    The grid 2^k is 2^-20 of the share, so rounding to it adds at most d 2^k <= 2^-20 Delta (L1) or
+    sqrt(d) 2^k <= 2^-20 Delta (L2) to the sensitivity (up to the float rounding of the share, a
+    relative 2^-52), whatever the noise. It depends on public parameters only.
+
+    >>> sensitivity_grid_exponent(1.0), sensitivity_grid_exponent(1.0, 100), sensitivity_grid_exponent(1.0, 100, norm=2)
+    (-20, -27, -24)
+    """
+    sens = check_positive("sensitivity", sensitivity)
+    d = check_integer("dimension", dimension, minimum=1)
+    share = sens / (d if norm == 1 else math.sqrt(d))
+    if share == 0:
+        raise InvalidParameterError(
+            "dimension", dimension, f"is too large for sensitivity {sens!r}: the per-coordinate share underflows"
+        )
+    return math.floor(math.log2(share)) - _GRID_BITS
+
+
+def grid_exponent(
+    sensitivity: float,
+    noise_scale: float,
+    dimension: int = 1,
+    *,
+    norm: int = 1,
+    max_noise_units: float = _MAX_NOISE_UNITS,
+) -> int:
     """The exponent k of the public output grid 2^k, from public parameters only.
+
+    :func:`sensitivity_grid_exponent`, coarsened (when needed) until the noise is at most
+    ``max_noise_units`` grid units (2^30 by default).
 
     >>> grid_exponent(1.0, 10.0)
     -20
+    >>> grid_exponent(1.0, 2.0**20), grid_exponent(1.0, 2.0**20, max_noise_units=2.0**40)
+    (-10, -20)
     """
-    sens = check_positive("sensitivity", sensitivity)
     scale = check_positive("noise_scale", noise_scale)
-    d = check_integer("dimension", dimension, minimum=1)
-    share = sens / (d if norm == 1 else math.sqrt(d))
-    k = math.floor(math.log2(share)) - _GRID_BITS
-    ratio = scale / _MAX_NOISE_UNITS  # exact unless it underflows (a noise scale below ~5e-315)
-    coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(_MAX_NOISE_UNITS))
+    units = check_positive("max_noise_units", max_noise_units)
+    k = sensitivity_grid_exponent(sensitivity, dimension, norm=norm)
+    ratio = scale / units  # exact for a power-of-two limit, unless it underflows (a noise scale below ~5e-315)
+    coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(units))
     return max(k, coarse)
 
 
-def grid_value_limit(exponent: int) -> float:
-    """The largest |value| a release on the grid 2^exponent accepts (public: from the exponent only).
+def noise_bound_bits(noise_scale: float | None) -> int:
+    """b with |noise| < 2^b grid units but with probability below e^-(2^14): 2^b >= 2^15 scales.
 
-    Below it, the value in grid units is finite and the value plus any int64 noise draw
-    (|noise| < 2^63 units) rounds to a finite float: max_float - 2^(exponent + 63) - 2^exponent,
-    and at most max_float * 2^exponent. A grid so coarse that the noise alone can overflow
-    accepts nothing (returns -1.0).
+    ``None`` is int64 noise of unknown scale (b = 63). For discrete Laplace (and lighter) noise,
+    P(|Z| >= 2^15 t) <= 2 e^-(2^15).
+    """
+    if noise_scale is None:
+        return _INT64_NOISE_BITS
+    return max(0, math.frexp(check_positive("noise_scale", noise_scale))[1] + _NOISE_BOUND_SCALE_BITS)
+
+
+def grid_value_limit(exponent: int, noise_scale: float | None = None) -> float:
+    """The largest |value| a release on the grid 2^exponent accepts (public: from the exponent and noise scale).
+
+    Below it, the value in grid units is finite and the value plus any noise below the bound
+    2^b of :func:`noise_bound_bits` (any int64 draw, |noise| < 2^63 units, when ``noise_scale``
+    is None) rounds to a finite float: max_float - 2^(exponent + b) - 2^exponent, and at most
+    max_float * 2^exponent. A grid so coarse that the noise alone can overflow accepts nothing
+    (returns -1.0).
     """
     exponent = check_integer("exponent", exponent)
-    largest = float(np.finfo(np.float64).max)
-    if exponent + 63 >= 1024:
+    bits = noise_bound_bits(noise_scale)
+    if exponent + bits >= 1024:
         return -1.0
-    limit = largest - math.ldexp(1.0, exponent + 63) - math.ldexp(1.0, exponent)
+    limit = _LARGEST_FLOAT - math.ldexp(1.0, exponent + bits) - math.ldexp(1.0, exponent)
     if exponent < 0:
-        limit = min(limit, math.ldexp(largest, exponent) - math.ldexp(1.0, exponent))
+        limit = min(limit, math.ldexp(_LARGEST_FLOAT, exponent) - math.ldexp(1.0, exponent))
     return limit
 
 
-def snap_to_grid(values: NDArray[np.float64], exponent: int, *, name: str = "value") -> NDArray[np.float64]:
+def snap_to_grid(
+    values: NDArray[np.float64], exponent: int, *, name: str = "value", noise_scale: float | None = None
+) -> NDArray[np.float64]:
     """Round each value to the nearest multiple of 2^exponent (exact in float64: ldexp and rint).
 
     Values beyond :func:`grid_value_limit` (which would become infinite in grid units, or once
     noise is added) are refused with an :class:`~dpkit.InvalidParameterError` naming ``name``;
     mechanisms snap before drawing any noise, so nothing is drawn for a refused value.
+    ``noise_scale`` is the scale (in grid units) of the noise to be added, when known: the limit
+    then leaves room for 2^15 scales of it instead of any int64 draw.
 
     >>> snap_to_grid(np.array([0.3, -1.7]), -2).tolist()
     [0.25, -1.75]
     """
     array = np.asarray(values, dtype=np.float64)
-    limit = grid_value_limit(exponent)
+    limit = grid_value_limit(exponent, noise_scale)
     if array.size and not float(np.max(np.abs(array))) <= limit:
         if limit < 0:
             allowed = (
@@ -87,3 +150,46 @@ def snap_to_grid(values: NDArray[np.float64], exponent: int, *, name: str = "val
             )
         raise InvalidParameterError(name, values, allowed)
     return np.ldexp(np.rint(np.ldexp(array, -exponent)), exponent)
+
+
+def _grid_float(units: int, exponent: int) -> float:
+    """units * 2^exponent rounded once to the nearest float (ties to even), saturating at +-max float."""
+    largest = int(_LARGEST_FLOAT)  # (2^53 - 1) 2^971, exactly
+    bound = largest >> exponent if exponent >= 0 else largest << -exponent  # floor(max_float / 2^exponent)
+    units = max(-bound, min(bound, units))
+    # Python's int -> float and int / int are correctly rounded (and finite within the bound).
+    return float(units << exponent) if exponent >= 0 else units / (1 << -exponent)
+
+
+def _below(noise: NDArray[Any], bound: int) -> bool:
+    """Whether every integer in a non-empty int64 array has magnitude below ``bound``."""
+    return -bound < int(noise.min()) and int(noise.max()) < bound
+
+
+def add_noise_on_grid(snapped: NDArray[np.float64], noise: NDArray[Any], exponent: int) -> NDArray[np.float64]:
+    """``snapped + 2^exponent * noise`` for grid multiples ``snapped`` and integer ``noise`` (grid units).
+
+    The exact sum n + z (an integer) is rounded once to the nearest float, saturating at the
+    largest finite float: a function of the exact integer sum only, so post-processing of an
+    exactly private integer. Shapes broadcast (``snapped`` of one release, ``noise`` of ``count``
+    rows). int64 noise below 2^53 (exact as a float) takes numpy's float addition, which rounds
+    the exact sum in the same way; other noise (Python integers from
+    :func:`~dpkit.noise.discrete_laplace_units`) is added in exact integer arithmetic.
+
+    >>> add_noise_on_grid(np.array([0.25, 1.0]), np.array([3, -8]), -2).tolist()
+    [1.0, -1.0]
+    >>> add_noise_on_grid(np.array([1.0]), np.array([2**1100], dtype=object), 0).tolist()  # saturates
+    [1.7976931348623157e+308]
+    """
+    base = np.asarray(snapped, dtype=np.float64)
+    if noise.dtype != object and (noise.size == 0 or _below(noise, _EXACT_FLOAT_INTEGER)):
+        with np.errstate(over="ignore"):
+            total = base + np.ldexp(noise.astype(np.float64), exponent)
+        # A sum beyond the float range rounds to +-inf: the saturating rounding makes it +-max float.
+        return np.clip(total, -_LARGEST_FLOAT, _LARGEST_FLOAT)
+    units = np.ldexp(base, -exponent)  # finite integer-valued floats (snap_to_grid's limit): exact integers
+    units_b, noise_b = np.broadcast_arrays(units, np.asarray(noise, dtype=object))
+    out = np.empty(units_b.shape, dtype=np.float64)
+    for index in np.ndindex(units_b.shape):
+        out[index] = _grid_float(int(units_b[index]) + int(noise_b[index]), exponent)
+    return out

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -40,7 +41,9 @@ __all__ = [
     "constant_time_tv_bound",
     "discrete_gaussian",
     "discrete_laplace",
+    "discrete_laplace_units",
     "geometric",
+    "geometric_units",
     "permutation",
     "uniform_integers",
 ]
@@ -54,6 +57,12 @@ _MAX_COUNT = float(2**62)
 _TWO_M53 = 2.0**-53
 _BATCH = 1 << 20
 _TWO_64 = 1 << 64
+# Scales below 2^36 are drawn by geometric / discrete_laplace directly (their float fast path needs
+# its exact fallback for about scale 2^-43 of the draws, 1 in 128 at 2^36); larger ones in two
+# exact parts (geometric_units).
+_FAST_SCALE_BITS = 36
+# The low part of a two-part draw is assembled in int64 chunks of this many bits.
+_CHUNK_BITS = 62
 
 
 #: Most draws one call returns (2**40 int64 values are 8 TiB: beyond any machine, refused by name
@@ -215,6 +224,72 @@ def discrete_laplace(
         negative = (words[: stop - start] & np.uint64(1)).astype(bool)
         out[start:stop] = np.where(negative, -magnitude, magnitude)
     return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Any scale: two exact parts, in Python integers
+# ---------------------------------------------------------------------------------------------
+
+
+def _split_bits(scale: float) -> int:
+    """j >= 0 with scale / 2^j < 2^36: the low bits drawn one by one by :func:`geometric_units`."""
+    return max(0, math.frexp(scale)[1] - _FAST_SCALE_BITS)
+
+
+def geometric_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
+    """Exact one-sided geometric noise, P(G = m) = (1 - q) q^m with q = exp(-1/scale), for any scale.
+
+    Below 2^36 this is :func:`geometric` (int64, the same draws). Above, with j the smallest integer
+    with scale / 2^j < 2^36, G = 2^j H + L is drawn in two independent parts (Python integers, an
+    object array). For P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is
+    geometric with ratio q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`geometric` at the exact
+    float scale scale 2^-j; and q^l = prod_i q^(2^i b_i) over the bits b_i of l, so the bits are
+    independent with P(b_i = 1) = q^(2^i) / (1 + q^(2^i)) = 1 / (1 + exp(2^i / scale)), the
+    complement of an exact :func:`bernoulli_logistic` trial at 2^i / scale (taken as an exact
+    fraction). The law is exactly the geometric law of this scale: no rounding.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> geometric_units(2.0, 5, InsecureSeededRandom(0)).tolist()  # below 2^36: geometric's draws
+    [0, 2, 6, 8, 0]
+    >>> draws = geometric_units(2.0**70, 3, InsecureSeededRandom(0))
+    >>> draws.dtype, all(isinstance(g, int) and g >= 0 for g in draws)
+    (dtype('O'), True)
+    """
+    source = resolve_source(rng)
+    bits = _split_bits(scale)
+    if bits == 0:
+        return geometric(scale, size, rng=source)
+    total = geometric(math.ldexp(scale, -bits), size, rng=source).astype(object) << bits
+    exact_scale = Fraction(scale)
+    for start in range(0, bits, _CHUNK_BITS):
+        chunk = np.zeros(size, dtype=np.int64)
+        for bit in range(start, min(bits, start + _CHUNK_BITS)):
+            ones = ~bernoulli_logistic(Fraction(1 << bit) / exact_scale, 1, size, rng=source)
+            chunk |= ones.astype(np.int64) << (bit - start)
+        total = total + (chunk.astype(object) << start)
+    result: NDArray[Any] = total
+    return result
+
+
+def discrete_laplace_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
+    """Exact discrete Laplace noise, P(X = x) = (1 - q) / (1 + q) q^|x| with q = exp(-1/scale), for any scale.
+
+    Below 2^36 this is :func:`discrete_laplace` (int64, the same draws). Above, X = G - G' for two
+    independent draws of :func:`geometric_units` at this scale (Python integers): for x >= 0,
+    P(G - G' = x) = sum_m (1 - q)^2 q^(m + x) q^m = (1 - q)^2 q^x / (1 - q^2) = (1 - q) / (1 + q) q^x,
+    and the law is symmetric.
+
+    >>> from dpkit.noise import InsecureSeededRandom
+    >>> discrete_laplace_units(1.0, 6, InsecureSeededRandom(1)).tolist()  # below 2^36: discrete_laplace's draws
+    [-1, 0, -2, 0, -1, 1]
+    >>> abs(int(discrete_laplace_units(2.0**90, 1, InsecureSeededRandom(1))[0])) < 2**110
+    True
+    """
+    source = resolve_source(rng)
+    if _split_bits(scale) == 0:
+        return discrete_laplace(scale, size, rng=source)
+    difference: NDArray[Any] = geometric_units(scale, size, source) - geometric_units(scale, size, source)
+    return difference
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,12 +12,15 @@ neighbouring values apart by at most one grid step per coordinate, so the snappe
 sensitivity at most ``U = floor(Delta / 2^k) + d`` grid units; the scale is calibrated for the
 effective sensitivity ``Delta + d * 2^k``.
 
-The grid is 2^-20 of the per-coordinate share Delta / d (:func:`dpkit.noise.sensitivity_grid_exponent`),
-whatever epsilon, so ``Delta + d 2^k <= (1 + 2^-20) Delta``. (It must not coarsen with the noise: a
-step coarser than Delta / d would make the effective sensitivity d times the step, not Delta.)
-A small epsilon then means a large noise in grid units, about 2^20 d / epsilon: scales from 2^36
-units are drawn exactly in two parts (:func:`dpkit.noise.discrete_laplace_units`), and the value
-plus the noise is an exact integer, rounded once to a float (:func:`dpkit.noise.add_noise_on_grid`,
+The grid is 2^-20 of the per-coordinate share Delta / d (:func:`dpkit.noise.sensitivity_grid_exponent`)
+while the noise stays within 2^30 grid units; beyond, it coarsens with the noise (fewer, faster
+draws) but by at most 10 bits (:func:`dpkit.noise.capped_grid_exponent`), so
+``Delta + d 2^k <= (1 + 2^-10) Delta`` at every epsilon. (Unbounded coarsening made the step
+exceed Delta / d at small epsilon, and the effective sensitivity d times the step: 16.7 Delta at
+epsilon 1e-10.) A small epsilon then means a large noise in grid units, up to about 2^10 d /
+epsilon: scales from 2^36 units are drawn exactly in two parts
+(:func:`dpkit.noise.discrete_laplace_units`), and the value plus the noise is an exact integer,
+rounded once to a float (:func:`dpkit.noise.add_noise_on_grid`,
 post-processing). Every epsilon in [2^-60, inf) is accepted whose noise scale stays below
 :data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, so that outputs stay within float64).
 """
@@ -44,9 +47,9 @@ from dpkit.noise import (
     add_noise_on_grid,
     discrete_laplace_units,
     resolve_source,
-    sensitivity_grid_exponent,
     snap_to_grid,
 )
+from dpkit.noise._grid import capped_grid_exponent
 
 __all__ = ["Laplace"]
 
@@ -115,7 +118,7 @@ def _smallest_epsilon(sensitivity: float, dimension: int) -> float:
     At least 2^-60, and large enough that the noise scale (Delta + d 2^k) / epsilon stays below
     :data:`~dpkit.noise.MAX_RELEASE_SCALE` (epsilon read as the decimal it was typed as).
     """
-    step = Fraction(2) ** sensitivity_grid_exponent(sensitivity, dimension)
+    step = Fraction(2) ** capped_grid_exponent(sensitivity, math.inf, dimension)  # (the coarsest grid)
     bound = (_exact_upper(sensitivity) + dimension * step) / Fraction(MAX_RELEASE_SCALE)
     candidate = float(bound)
     while as_fraction(candidate) <= bound:
@@ -136,7 +139,8 @@ class Laplace(NumericMechanism):
     epsilon: privacy parameter (at least 2**-60, with sensitivity / epsilon below about 2**1007; warns above 5).
     dimension: number of coordinates released (at most 2**40; the grid and the scale depend on it).
 
-    The effective sensitivity Delta + d 2^k is at most (1 + 2^-20) Delta for every accepted epsilon.
+    The effective sensitivity Delta + d 2^k is at most (1 + 2^-10) Delta for every accepted epsilon,
+    and (1 + 2^-20) Delta while the noise is within 2^30 grid units of the fine grid.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = Laplace(sensitivity=1.0, epsilon=0.5)
@@ -156,9 +160,10 @@ class Laplace(NumericMechanism):
         self.dimension = check_dimension(dimension)
         check_noise_range(self.sensitivity, self.epsilon)
         warn_if_risky(self.epsilon)
-        # The grid depends on the sensitivity and the dimension only (module docstring); the scale
-        # is calibrated to the sensitivity the grid implies.
-        self.grid_exponent = sensitivity_grid_exponent(self.sensitivity, self.dimension)
+        # The grid depends on public parameters only (module docstring); the scale is calibrated to
+        # the sensitivity the grid implies.
+        nominal = self.sensitivity / self.epsilon  # (inf when it overflows: refused below)
+        self.grid_exponent = capped_grid_exponent(self.sensitivity, round_up(nominal), self.dimension)
         step = Fraction(2) ** self.grid_exponent
         effective = _exact_upper(self.sensitivity) + self.dimension * step
         self.effective_sensitivity = float(effective)
@@ -177,7 +182,7 @@ class Laplace(NumericMechanism):
         while Fraction(scale) < needed:
             scale = math.nextafter(scale, math.inf)
         self.scale = scale
-        # Exact (a power-of-two rescaling); at most about 2^21 d / epsilon <= 2^121 grid units.
+        # Exact (a power-of-two rescaling); at most about 2^11 d / epsilon grid units.
         self._units_scale = math.ldexp(scale, -self.grid_exponent)
         self._q = math.exp(-1.0 / self._units_scale)
 
@@ -187,7 +192,7 @@ class Laplace(NumericMechanism):
         interval is within ``accuracy``.
 
         For the continuous law, P(|Y| > t) = exp(-t / b) gives epsilon = Delta ln(1/alpha) / accuracy;
-        the grid makes the true scale slightly larger (by at most a factor 1 + 2^-20, at every epsilon:
+        the grid makes the true scale slightly larger (by at most a factor 1 + 2^-10, at every epsilon:
         see the module docstring) and the released law is discrete, so epsilon is moved until
         ``noise_quantile(alpha) <= accuracy`` holds for the released law, then bisected down to the
         smallest such epsilon. A target met even at the smallest epsilon the mechanism accepts

@@ -23,7 +23,14 @@ from numpy.typing import NDArray
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_integer, check_positive
 
-__all__ = ["MAX_RELEASE_SCALE", "add_noise_on_grid", "grid_exponent", "sensitivity_grid_exponent", "snap_to_grid"]
+__all__ = [
+    "MAX_RELEASE_SCALE",
+    "add_noise_on_grid",
+    "capped_grid_exponent",
+    "grid_exponent",
+    "sensitivity_grid_exponent",
+    "snap_to_grid",
+]
 
 # The grid is 2^-20 of the per-coordinate sensitivity share, so rounding inflates the
 # sensitivity by about one part in a million...
@@ -89,6 +96,27 @@ def grid_exponent(
     ratio = scale / units  # exact for a power-of-two limit, unless it underflows (a noise scale below ~5e-315)
     coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(units))
     return max(k, coarse)
+
+
+#: Most bits :func:`capped_grid_exponent` coarsens the sensitivity grid by: rounding then adds at
+#: most 2^-10 of the sensitivity (d 2^k <= 2^-10 Delta), whatever the noise.
+_MAX_COARSENING_BITS = 10
+
+
+def capped_grid_exponent(sensitivity: float, noise_scale: float, dimension: int = 1, *, norm: int = 1) -> int:
+    """:func:`grid_exponent` (noise within 2^30 grid units), coarsened at most 10 bits past
+    :func:`sensitivity_grid_exponent`: the effective sensitivity stays within 2^-10 of Delta (2^-20
+    while the noise fits 2^30 units at the fine grid), and noise beyond that many units is drawn
+    exactly in parts. Where the cap does not bind this is :func:`grid_exponent`, so releases there
+    are the same draws. An infinite ``noise_scale`` (overflowed: refused later) gets the cap.
+
+    >>> capped_grid_exponent(1.0, 10.0), capped_grid_exponent(1.0, 2.0**15), capped_grid_exponent(1.0, 2.0**40)
+    (-20, -15, -10)
+    """
+    fine = sensitivity_grid_exponent(sensitivity, dimension, norm=norm)
+    if noise_scale == math.inf:
+        return fine + _MAX_COARSENING_BITS
+    return min(grid_exponent(sensitivity, noise_scale, dimension, norm=norm), fine + _MAX_COARSENING_BITS)
 
 
 def noise_bound_bits(noise_scale: float | None) -> int:

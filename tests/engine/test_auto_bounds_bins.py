@@ -90,3 +90,13 @@ def test_automatic_bounds_keep_the_rows_of_the_groups_a_person_can_reach(keys, r
     released = session.release(query, epsilon=1.0, rng=InsecureSeededRandom(0))
     split = next(e for e in released.budget_split if "automatic" in e["statistic"])
     assert split["sensitivity"] == pytest.approx(2 * reached, rel=1e-3)
+
+
+def test_the_quantile_mechanism_check_names_a_bad_sensitivity_not_epsilon():
+    """SelectionNoise turned every refusal of the exponential mechanism into 'epsilon ... too small'."""
+    from dpkit.engine._compiler import SelectionNoise
+
+    with pytest.raises(InvalidParameterError, match="^sensitivity: "):
+        SelectionNoise(1e-305, 1.0, 1, "rows")
+    with pytest.raises(InvalidParameterError, match="^epsilon: .*too small for an exponential mechanism"):
+        SelectionNoise(1.0, 1e-19, 1, "rows")

@@ -495,7 +495,9 @@ class SelectionNoise:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PrivacyWarning)
                 Exponential(sensitivity, epsilon, candidates=[0.0, 1.0])
-        except InvalidParameterError:
+        except InvalidParameterError as error:
+            if error.name != "epsilon":  # (a sensitivity outside [2**-1000, 2**1000] keeps its own name)
+                raise
             raise InvalidParameterError(
                 "epsilon",
                 epsilon,

@@ -69,7 +69,7 @@ def sensitivity_grid_exponent(sensitivity: float, dimension: int = 1, *, norm: i
         raise InvalidParameterError(
             "dimension", dimension, f"is too large for sensitivity {sens!r}: the per-coordinate share underflows"
         )
-    return math.floor(math.log2(share)) - _GRID_BITS
+    return math.frexp(share)[1] - 1 - _GRID_BITS  # floor(log2(share)), exactly (math.log2 can round up)
 
 
 def grid_exponent(
@@ -184,7 +184,10 @@ def _grid_float(units: int, exponent: int) -> float:
     """units * 2^exponent rounded once to the nearest float (ties to even), saturating at +-max float."""
     largest = int(_LARGEST_FLOAT)  # (2^53 - 1) 2^971, exactly
     bound = largest >> exponent if exponent >= 0 else largest << -exponent  # floor(max_float / 2^exponent)
-    units = max(-bound, min(bound, units))
+    if abs(units) > bound:
+        # Saturate at +-max float itself, as the numpy path does: a function of n + z alone (clamping
+        # to bound 2^exponent gave a smaller value for exponent > 971, where max float is no multiple).
+        return math.copysign(_LARGEST_FLOAT, units)
     # Python's int -> float and int / int are correctly rounded (and finite within the bound).
     return float(units << exponent) if exponent >= 0 else units / (1 << -exponent)
 

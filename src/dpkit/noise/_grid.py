@@ -187,7 +187,7 @@ def _grid_float(units: int, exponent: int) -> float:
     if abs(units) > bound:
         # Saturate at +-max float itself, as the numpy path does: a function of n + z alone (clamping
         # to bound 2^exponent gave a smaller value for exponent > 971, where max float is no multiple).
-        return math.copysign(_LARGEST_FLOAT, units)
+        return _LARGEST_FLOAT if units > 0 else -_LARGEST_FLOAT
     # Python's int -> float and int / int are correctly rounded (and finite within the bound).
     return float(units << exponent) if exponent >= 0 else units / (1 << -exponent)
 

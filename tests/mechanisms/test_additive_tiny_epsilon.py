@@ -43,9 +43,10 @@ FALSE_POSITIVE_RATE = 1e-6
 # Two-sided normal quantile of the false-positive rate, for z-tests on means.
 Z_THRESHOLD = float(stats.norm.isf(FALSE_POSITIVE_RATE / 2))
 # The documented grid rounding: Delta + d 2^k <= (1 + 2^-20) Delta (Staircase, and the Gaussian
-# where its sampler allows); Laplace's grid coarsens by at most 10 bits: (1 + 2^-10) Delta.
+# while the noise is within 2^30 units); Laplace's and the Gaussian's grids coarsen with the noise
+# by at most 10 bits: (1 + 2^-10) Delta.
 GRID_SLACK = Fraction(1) + Fraction(1, 2**20)
-LAPLACE_GRID_SLACK = Fraction(1) + Fraction(1, 2**10)
+CAPPED_GRID_SLACK = Fraction(1) + Fraction(1, 2**10)
 
 TINY_EPSILONS = [1e-4, 1e-8, 1e-10, 1e-12, 1e-15, 2.0**-60]
 SENSITIVITIES = [1e-6, 1.0, 1e6]
@@ -81,10 +82,10 @@ def test_laplace_sensitivity_and_scale_are_nominal(sensitivity, epsilon, dimensi
     (dimension 1)."""
     mechanism = Laplace(sensitivity, epsilon, dimension=dimension)
     delta = exact_upper(sensitivity)
-    assert delta <= Fraction(mechanism.effective_sensitivity) <= LAPLACE_GRID_SLACK * delta
+    assert delta <= Fraction(mechanism.effective_sensitivity) <= CAPPED_GRID_SLACK * delta
     nominal = delta / Fraction(repr(epsilon))
     # The scale is (Delta + d 2^k) / epsilon rounded up by a few ulps.
-    assert nominal <= Fraction(mechanism.scale) <= LAPLACE_GRID_SLACK * nominal * (1 + Fraction(1, 2**48))
+    assert nominal <= Fraction(mechanism.scale) <= CAPPED_GRID_SLACK * nominal * (1 + Fraction(1, 2**48))
     assert mechanism.event.noise_multiplier * mechanism.effective_sensitivity <= mechanism.scale
 
 
@@ -305,7 +306,7 @@ def test_staircase_two_part_sampler_has_the_exact_law(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Gaussian: no coarsening where the sampler allows it, the least coarsening where it does not
+# Gaussian: no coarsening, whatever epsilon
 # ---------------------------------------------------------------------------------------------
 
 
@@ -323,27 +324,30 @@ def test_gaussian_grid_is_not_coarsened_where_the_sampler_allows(sensitivity, ep
     share Delta / sqrt(d), so the effective sensitivity is within 2^-20 of Delta."""
     mechanism = Gaussian(sensitivity, epsilon, delta, dimension=dimension)
     assert math.sqrt(dimension) * mechanism.sigma / sensitivity < 2.0**19
-    assert Fraction(mechanism.effective_sensitivity) <= GRID_SLACK * Fraction(sensitivity) * (1 + Fraction(1, 2**40))
+    assert Fraction(mechanism.effective_sensitivity) <= CAPPED_GRID_SLACK * Fraction(sensitivity) * (
+        1 + Fraction(1, 2**40)
+    )
 
 
 @pytest.mark.parametrize(
     "sensitivity, epsilon, delta, dimension",
     [
-        (1.0, 1e-10, 1e-12, 1),  # before: 32 Delta (grid 2^5)
-        (1.0, 1e-10, 1e-5, 4000),  # before: 1.00386 Delta
-        (1.0, 1e-10, 1e-12, 100),  # before: 321 Delta
+        (1.0, 1e-10, 1e-12, 1),  # before: 32 Delta (grid 2^5), then 1.031 Delta (coarsened to 2^40 units)
+        (1.0, 1e-10, 1e-9, 4000),  # sigma beyond 2^40 units even on the coarsest grid allowed
+        (1.0, 1e-10, 1e-12, 100),  # before: 321 Delta, then 1.31 Delta
     ],
 )
-def test_gaussian_grid_is_coarsened_no_more_than_the_sampler_needs(sensitivity, epsilon, delta, dimension):
-    """Where sigma exceeds the sampler's 2^40 units on the fine grid, the grid is the finest that fits:
-    sigma above 2^38 units (a grid step twice as fine would need more than 2^40), so the effective
-    sensitivity is at most Delta + sqrt(d) 2^k < Delta + sqrt(d) sigma / 2^38."""
+def test_gaussian_grid_is_not_coarsened_beyond_the_sampler_either(sensitivity, epsilon, delta, dimension):
+    """Where sigma exceeds 2^40 units on the fine grid, the grid stays fine: the discrete Gaussian
+    sampler is exact at any sigma (tests/mechanisms/test_integer_samplers_any_scale.py), so the
+    effective sensitivity is within 2^-20 of Delta here too. (Until the sampler took any sigma, the grid
+    coarsened to the finest one with sigma at most 2^40 units; this test pinned that.)"""
     mechanism = Gaussian(sensitivity, epsilon, delta, dimension=dimension)
     sigma_units = math.ldexp(mechanism.sigma, -mechanism.grid_exponent)
-    assert 2.0**38 < sigma_units <= 2.0**40
-    excess = mechanism.effective_sensitivity - sensitivity
-    assert excess <= math.sqrt(dimension) * math.ldexp(1.0, mechanism.grid_exponent) * (1 + 1e-9)
-    assert excess < math.sqrt(dimension) * mechanism.sigma / 2.0**38
+    assert sigma_units > 2.0**40
+    assert Fraction(mechanism.effective_sensitivity) <= CAPPED_GRID_SLACK * Fraction(sensitivity) * (
+        1 + Fraction(1, 2**40)
+    )
     released = mechanism.release(np.zeros(dimension) if dimension > 1 else 0.0, rng=InsecureSeededRandom(6))
     assert np.all(np.isfinite(released))
 
@@ -362,7 +366,7 @@ def test_laplace_accuracy_helpers_at_huge_scales(epsilon, dimension, alpha, monk
     Catches the scale being the coarsened grid's (1025x nominal at 1e-12) and a linear scan from a
     float guess that is off by ~2^40 units at these scales."""
     mechanism = Laplace(1.0, epsilon, dimension=dimension)
-    assert Fraction(mechanism.scale) <= LAPLACE_GRID_SLACK / Fraction(repr(epsilon)) * (1 + Fraction(1, 2**48))
+    assert Fraction(mechanism.scale) <= CAPPED_GRID_SLACK / Fraction(repr(epsilon)) * (1 + Fraction(1, 2**48))
     calls = [0]
     original = Laplace._tail_units
 
@@ -402,7 +406,7 @@ def test_laplace_from_accuracy_at_tiny_epsilon(sensitivity, accuracy):
     # (plus the quantile's discreteness: one grid step in accuracy / 2^k)
     step = math.ldexp(1.0, mechanism.grid_exponent)
     assert continuous <= mechanism.epsilon <= continuous * (1 + 2.0**-9 + 2 * step / accuracy)
-    assert Fraction(mechanism.effective_sensitivity) <= LAPLACE_GRID_SLACK * Fraction(sensitivity)
+    assert Fraction(mechanism.effective_sensitivity) <= CAPPED_GRID_SLACK * Fraction(sensitivity)
 
 
 @pytest.mark.parametrize("sensitivity, accuracy", [(1.0, 1e30), (2.0**1000, 1e305)])

@@ -33,6 +33,7 @@ from dpkit.mechanisms import (
     SparseVector,
     Staircase,
 )
+from dpkit.noise import InsecureSeededRandom
 
 
 @pytest.fixture(autouse=True)
@@ -84,10 +85,20 @@ def test_discrete_laplace_from_accuracy_least_across_alphas(sensitivity, alpha):
 
 
 @pytest.mark.parametrize("accuracy, alpha", [(1e13, 0.05), (1e300, 0.05), (2, 1 - 1e-12)])
-def test_discrete_laplace_from_accuracy_below_the_sampler_limit_names_accuracy(accuracy, alpha):
-    """Targets met even at the smallest epsilon the sampler supports (scale 2^40) have their least
-    epsilon below that limit: refused naming ``accuracy`` (it named an epsilon the caller never gave)."""
-    with pytest.raises(InvalidParameterError, match="sampler supports") as caught:
+def test_discrete_laplace_from_accuracy_beyond_2_40_is_found(accuracy, alpha):
+    """Targets whose least epsilon has a noise scale above 2^40 were refused (the sampler's limit then);
+    the mechanism now takes scales up to 2^1007, so the least epsilon is found."""
+    mechanism = DiscreteLaplace.from_accuracy(accuracy, alpha)
+    assert mechanism.scale > 2.0**40 and mechanism.noise_quantile(alpha) <= accuracy
+    assert DiscreteLaplace(1, math.nextafter(mechanism.epsilon, 0.0)).noise_quantile(alpha) > accuracy
+
+
+@pytest.mark.parametrize("accuracy, alpha", [(1e305, 0.05), (1e306, 1e-300)])
+def test_discrete_laplace_from_accuracy_below_the_smallest_epsilon_names_accuracy(accuracy, alpha):
+    """Targets met even at the smallest epsilon the mechanism accepts (noise scale below 2^1007) have
+    their least epsilon below that limit: refused naming ``accuracy`` (it named an epsilon the caller
+    never gave)."""
+    with pytest.raises(InvalidParameterError, match="smallest epsilon the mechanism accepts") as caught:
         DiscreteLaplace.from_accuracy(accuracy, alpha)
     assert caught.value.name == "accuracy"
 
@@ -143,18 +154,25 @@ def test_extreme_parameters_are_built_or_refused_by_name(builder, value):
         assert math.isfinite(mechanism.expected_error)
 
 
-@pytest.mark.parametrize("epsilon", [5e-324, 1e-310, 1e-300])
+@pytest.mark.parametrize("epsilon", [5e-324, 1e-310])
 def test_subnormal_epsilon_refused_like_a_tiny_one(epsilon):
-    """The QA reproducer: refused as 1e-300 is, by the sampler's limit on the noise scale."""
-    with pytest.raises(InvalidParameterError, match="above the sampler's limit") as caught:
+    """The QA reproducer: refused by the limit on the noise scale (2**1007, where intervals and quantiles
+    leave float64). (1e-300, refused too while the sampler stopped at 2**40, is now accepted.)"""
+    with pytest.raises(InvalidParameterError, match="2\\*\\*1007") as caught:
         DiscreteLaplace(sensitivity=1, epsilon=epsilon)
     assert caught.value.name == "epsilon"
+    assert isinstance(DiscreteLaplace(sensitivity=1, epsilon=1e-300).release(0, rng=InsecureSeededRandom(0)), int)
 
 
 @pytest.mark.parametrize("rho", [5e-324, 1e-310])
-def test_subnormal_rho_refused_by_name(rho):
-    with pytest.raises(InvalidParameterError, match="above the sampler's limit") as caught:
-        DiscreteGaussian(1, rho=rho)
+def test_subnormal_rho_builds_and_releases(rho):
+    """sigma = 1 / sqrt(2 rho) is 3.2e161 and 7.1e154: refused while the sampler stopped at 2**40, now
+    exact (sigma below 2**1007). A rho whose sigma leaves that range is refused naming rho."""
+    mechanism = DiscreteGaussian(1, rho=rho)
+    assert isinstance(mechanism.release(0, rng=InsecureSeededRandom(0)), int)
+    assert math.isfinite(mechanism.noise_quantile(0.05))
+    with pytest.raises(InvalidParameterError, match="2\\*\\*1007") as caught:
+        DiscreteGaussian(1e200, rho=rho)
     assert caught.value.name == "rho"
 
 

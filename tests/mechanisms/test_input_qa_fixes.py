@@ -93,10 +93,13 @@ def test_tuple_labels_estimate_and_refuse_unknown_values() -> None:
 
 def test_a_gaussian_whose_noise_outgrows_the_sampler_is_refused_when_built() -> None:
     """Found by the selection QA helper: Gaussian(1, 1e-15, 1e-15) was built (its interval shown),
-    then every release raised 'sigma: got 3.29e15', a parameter the user never gave."""
+    then every release raised 'sigma: got 3.29e15', a parameter the user never gave. It was then refused
+    when built; now the discrete Gaussian sampler takes any sigma, so it builds and releases, and only
+    noise beyond float64 (sigma 2**1007) is refused when built, naming epsilon."""
     from dpkit import Gaussian
 
+    assert isinstance(Gaussian(1.0, 1e-15, 1e-15).release(0.0, rng=InsecureSeededRandom(0)), float)
     with pytest.raises(InvalidParameterError) as info:
-        Gaussian(1.0, 1e-15, 1e-15)
+        Gaussian(2.0**1000, 1e-10, 1e-12)
     assert info.value.name == "epsilon"
     assert isinstance(Gaussian(1.0, 1e-10, 1e-12).release(0.0, rng=InsecureSeededRandom(0)), float)

@@ -17,7 +17,9 @@ Tail sums are computed in float64 by summing exp(-x^2 / (2 sigma^2)) from the fa
 e^-800 and dropped (the target delta is at least 1e-200). Above sigma = 1e5 (the grid noise of
 real-valued sums in ``dpkit.engine`` is there) accuracy uses a rigorous upper bound on the tail
 within a relative 1e-7 of the exact one (``_large_sigma_tail``), so half-widths are those of the
-continuous Gaussian. The noise itself is exact (:func:`dpkit.noise.discrete_gaussian`).
+continuous Gaussian. The noise itself is exact (:func:`dpkit.noise.discrete_gaussian`) at every
+sigma below :data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, where intervals and quantiles stay within
+float64); releases are int64 while they fit, Python integers (object arrays) beyond.
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from dpkit._validation import as_fraction, check_delta, check_epsilon, check_pos
 from dpkit.events import DiscreteGaussianEvent
 from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_integer_values
-from dpkit.mechanisms.geometric import check_integer_sensitivity
-from dpkit.noise import MAX_SCALE, RandomSource, discrete_gaussian, resolve_source
+from dpkit.mechanisms.geometric import check_integer_sensitivity, float_up, int64_if_fits, integer_confidence_interval
+from dpkit.noise import MAX_RELEASE_SCALE, MAX_SCALE, RandomSource, discrete_gaussian, resolve_source
 
 __all__ = ["DiscreteGaussian", "discrete_gaussian_delta"]
 
@@ -50,11 +52,11 @@ _SUM_MARGIN = 1e-9
 
 
 def _half_square_over(x: NDArray[np.float64], sigma: float) -> NDArray[np.float64]:
-    """x^2 / (2 sigma^2); for sigma below ~1e-154 (2 sigma^2 underflows to 0) as (x / sigma)^2 / 2, so
-    that x = 0 gives 0 (weight 1), not 0 / 0."""
+    """x^2 / (2 sigma^2); where 2 sigma^2 leaves the float range (sigma below ~1e-154: 0, so that x = 0
+    would give 0 / 0; above ~1e154: inf, so that a huge x would give inf / inf) as (x / sigma)^2 / 2."""
     denominator = 2.0 * sigma * sigma
     with np.errstate(over="ignore"):  # an infinite exponent is a weight of 0, as it should be
-        if denominator > 0:
+        if 0 < denominator < math.inf:
             return (x * x) / denominator  # type: ignore[no-any-return]
         return np.square(x / sigma) / 2.0  # type: ignore[no-any-return]
 
@@ -234,12 +236,11 @@ class DiscreteGaussian(NumericMechanism):
             warn_if_risky(self._epsilon, delta=self._delta)
             self._sigma = _calibrate_sigma(as_fraction(self._epsilon), self._delta, integer_sensitivity)
             self._claimed_rho = self._sensitivity_exact**2 / (2 * Fraction(self._sigma) ** 2)
-        if self._sigma > MAX_SCALE:
+        if not self._sigma < MAX_RELEASE_SCALE:
+            limit = f"2**1007 ({MAX_RELEASE_SCALE:.4g}) for intervals and quantiles to stay within float64"
             if rho is not None:
-                raise InvalidParameterError(
-                    "rho", rho, f"gives sigma {self._sigma:g} above the sampler's limit {MAX_SCALE:g}"
-                )
-            raise InvalidParameterError("sigma", self._sigma, f"must be at most {MAX_SCALE:g}")
+                raise InvalidParameterError("rho", rho, f"gives sigma {self._sigma:g}: it must stay below {limit}")
+            raise InvalidParameterError("sigma", sigma, f"must be below {limit}")
         self._cache: dict[str, Any] = {}
 
     def _sigma_for_rho(self, rho: Fraction) -> float:
@@ -316,21 +317,33 @@ class DiscreteGaussian(NumericMechanism):
     # -- release -----------------------------------------------------------------------------
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
-        """x + X for an integer (or, outside (epsilon, delta) mode, an array of integers) x."""
+        """x + X for an integer (or, outside (epsilon, delta) mode, an array of integers) x: an int for a
+        scalar, an int64 array otherwise (below sigma 2^40 the sum is int64 as before; beyond, it is
+        taken in Python integers and is an object array when a value leaves the int64 range)."""
         array = check_integer_values("value", value)
         if self._epsilon is not None and array.size > 1:
             raise InvalidParameterError(
                 "value", value, "must be one integer: the (epsilon, delta) calibration is for one dimension"
             )
         source = resolve_source(rng)
-        noisy = array + discrete_gaussian(self._sigma, array.size, rng=source).reshape(array.shape)
+        noise = discrete_gaussian(self._sigma, array.size, rng=source).reshape(array.shape)
+        noisy = (
+            array + noise
+            if self._sigma <= MAX_SCALE
+            else int64_if_fits(np.asarray(array.astype(object) + noise.astype(object), dtype=object))
+        )
         return int(noisy.reshape(-1)[0]) if array.ndim == 0 else noisy
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         array = check_integer_values("value", value)
         if array.ndim != 0:
             return np.stack([np.asarray(self.release(array, rng=source)) for _ in range(count)])
-        return int(array) + discrete_gaussian(self._sigma, count, rng=source)
+        noise = discrete_gaussian(self._sigma, count, rng=source)
+        return (
+            int(array) + noise
+            if self._sigma <= MAX_SCALE
+            else int64_if_fits(np.asarray(int(array) + noise.astype(object), dtype=object))
+        )
 
     # -- accuracy ----------------------------------------------------------------------------
 
@@ -359,30 +372,48 @@ class DiscreteGaussian(NumericMechanism):
             return _large_sigma_tail(self._sigma, h)
         return 2.0 * weights.probability_at_least(h + 1)
 
-    def noise_quantile(self, alpha: float) -> float:
-        """The smallest integer h >= 0 with P(|X| > h) <= alpha (from the exact pmf; for huge sigma, from
-        a rigorous upper bound on the tail, so h may exceed the exact one by a relative 1e-7 at most)."""
-        level = check_alpha(alpha)
+    def _quantile_units(self, level: float) -> int:
+        """The smallest integer h >= 0 with P(|X| > h) (1 + 1e-9) <= level (the tail as in :meth:`tail_probability`)."""
         # sigma^2-subgaussian (CKS): P(|X| > h) <= 2 exp(-(h+1)^2 / (2 sigma^2)) gives an upper start.
         start = max(0, math.ceil(self._sigma * math.sqrt(2 * math.log(2 / level))) - 1)
         # The tail is an exact sum, or for huge sigma one upper bound: monotone in h either way.
-        return float(first_true(lambda h: self.tail_probability(h) * (1 + _SUM_MARGIN) <= level, start))
+        return first_true(lambda h: self.tail_probability(h) * (1 + _SUM_MARGIN) <= level, start)
+
+    def noise_quantile(self, alpha: float) -> float:
+        """The smallest integer h >= 0 with P(|X| > h) <= alpha (from the exact pmf; for huge sigma, from
+        a rigorous upper bound on the tail, so h may exceed the exact one by a relative 1e-7 at most; as
+        a float rounded up where h passes 2^53)."""
+        return float_up(self._quantile_units(check_alpha(alpha)))
+
+    def confidence_interval(
+        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
+    ) -> tuple[Any, Any]:
+        """Interval that contains the true value with probability >= 1 - alpha (see
+        :meth:`NumericMechanism.confidence_interval`). Released integers float64 cannot hold exactly
+        (Python integers from huge sigmas) are taken exactly, the ends rounded outward."""
+        wide = integer_confidence_interval(self._quantile_units, alpha, released, simultaneous, dimension)
+        if wide is not None:
+            return wide
+        return super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
 
     @property
     def expected_error(self) -> float:
         """E|X| = 2 sum_{x >= 1} x p(x) (Euler-Maclaurin 2(sigma^2 - 1/12)/(sigma sqrt(2 pi)) for huge sigma)."""
         weights = self._weights()
         if weights is None:
+            if self._sigma > 1e150:  # sigma^2 would overflow; the 1/12 is far below sigma's last digit
+                return 2 * self._sigma / math.sqrt(2 * math.pi)
             return 2 * (self._sigma**2 - 1 / 12) / (self._sigma * math.sqrt(2 * math.pi))
         x = np.arange(1, weights.limit + 1, dtype=np.float64)
         return float(2 * np.sum((x * np.exp(-_half_square_over(x, self._sigma)))[::-1]) / weights.total)
 
     @property
     def variance(self) -> float:
-        """Var X = 2 sum_{x >= 1} x^2 p(x) <= sigma^2 (CKS Cor. 9); sigma^2 for huge sigma."""
+        """Var X = 2 sum_{x >= 1} x^2 p(x) <= sigma^2 (CKS Cor. 9); sigma^2 for huge sigma (inf beyond the
+        float range, sigma above ~1.3e154)."""
         weights = self._weights()
         if weights is None:
-            return self._sigma**2
+            return self._sigma * self._sigma  # a float product overflows to inf, never raises
         x = np.arange(1, weights.limit + 1, dtype=np.float64)
         return float(2 * np.sum((x * x * np.exp(-_half_square_over(x, self._sigma)))[::-1]) / weights.total)
 

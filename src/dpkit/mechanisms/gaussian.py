@@ -19,14 +19,15 @@ Steinke 2020, "The discrete Gaussian for differential privacy"), so every output
 Rounding moves neighbouring values apart by at most one grid step per coordinate: the snapped query
 has L2 sensitivity at most Delta + sqrt(d) 2^k, and sigma is calibrated for that effective sensitivity.
 
-The grid is 2^-20 of the per-coordinate share Delta / sqrt(d) (:func:`dpkit.noise.sensitivity_grid_exponent`),
-so Delta + sqrt(d) 2^k <= (1 + 2^-20) Delta, wherever sigma then fits the discrete Gaussian sampler
-(at most 2^40 grid units: sqrt(d) sigma / Delta up to about 2^20). Beyond, the grid is coarsened by
-the fewest bits that bring sigma within 2^40 units, and the effective sensitivity grows by about
-sqrt(d) sigma / (2^40 Delta) (reported in ``effective_sensitivity`` and ``sigma``). The grid is
-never coarser than the one of 2^30 units of nominal noise (dpkit's grid before); where even that
-one needs more than 2^40 units, or sigma would reach :data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007,
-outputs beyond float64), the mechanism is refused at construction, naming epsilon.
+The grid is 2^-20 of the per-coordinate share Delta / sqrt(d) (:func:`dpkit.noise.sensitivity_grid_exponent`)
+while sigma stays within 2^30 grid units; beyond, it coarsens with the noise (fewer, faster draws)
+but by at most 10 bits (:func:`dpkit.noise.capped_grid_exponent`), so Delta + sqrt(d) 2^k <=
+(1 + 2^-10) Delta at every epsilon and delta. A small epsilon then means a large sigma in grid units:
+the discrete Gaussian sampler is exact at any sigma (beyond 2^40 units its proposals are drawn in
+Python integers), and the value plus the noise is one exact integer rounded once to a float
+(:func:`dpkit.noise.add_noise_on_grid`, post-processing). Only a sigma reaching
+:data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, outputs beyond float64) is refused at construction,
+naming epsilon.
 
 The discrete Gaussian is (Delta^2 / (2 sigma^2))-zCDP exactly like the continuous one (CKS 2020,
 Thm 14), but its (epsilon, delta) curve is not literally the continuous one, so the (epsilon, delta)
@@ -58,17 +59,17 @@ from dpkit._validation import check_delta, check_epsilon, check_integer, check_p
 from dpkit.events import GaussianEvent, PrivacyEvent
 from dpkit.guarantees import ApproxDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_noise_range
+from dpkit.mechanisms.geometric import float_up
 from dpkit.mechanisms.laplace import _round_down, check_dimension, check_release_value, shape_like, stack_like
 from dpkit.noise import (
     MAX_RELEASE_SCALE,
-    MAX_SCALE,
     RandomSource,
     add_noise_on_grid,
     discrete_gaussian,
-    grid_exponent,
     resolve_source,
     snap_to_grid,
 )
+from dpkit.noise._grid import capped_grid_exponent
 
 optimize = LazyModule("scipy.optimize")
 special = LazyModule("scipy.special")
@@ -193,7 +194,8 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.
 
 def _log_theta_upper(sigma: float) -> float:
     # Poisson summation: sum_z exp(-z^2/2s^2) = s sqrt(2 pi) (1 + 2 sum_k exp(-2 pi^2 s^2 k^2)).
-    first = math.exp(-2 * math.pi**2 * sigma**2)
+    # (exp underflows to 0 from sigma ~ 6 on; sigma**2 alone would overflow beyond 1e154)
+    first = math.exp(-2 * math.pi**2 * sigma**2) if sigma < 1e3 else 0.0
     return math.log1p(3 * first) if sigma >= 1 else math.log1p(2 * sum(first ** (k * k) for k in range(1, 40)) * _UP)
 
 
@@ -292,8 +294,8 @@ class Gaussian(NumericMechanism):
     calibration: ``"analytic"`` (Balle & Wang 2018, default) or ``"classic"`` (Dwork & Roth, epsilon < 1).
     dimension: number of coordinates released (at most 2**40).
 
-    The effective sensitivity Delta + sqrt(d) 2^k is at most (1 + 2^-20) Delta wherever sigma fits the
-    discrete Gaussian sampler on that grid (module docstring).
+    The effective sensitivity Delta + sqrt(d) 2^k is at most (1 + 2^-20) Delta for every accepted
+    epsilon and delta (module docstring).
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> mechanism = Gaussian(1.0, 1.0, 1e-5)
@@ -342,36 +344,24 @@ class Gaussian(NumericMechanism):
             nominal = math.inf
         if not nominal < MAX_RELEASE_SCALE:
             raise self._too_much_noise(epsilon, f"{nominal:.4g}")
-        # The grid comes from public parameters and the nominal sigma: 2^-20 of the share Delta / sqrt(d)
-        # unless sigma would then pass the sampler's 2^40 grid units (module docstring).
-        exponent = grid_exponent(self.sensitivity, nominal, self.dimension, norm=2, max_noise_units=MAX_SCALE)
-        # Coarsened at most to the grid of 2^30 units of nominal noise: beyond, the inflated sensitivity
-        # would cost more than refusing (the zCDP route at a tiny epsilon needs up to 1e11 sigma per unit).
-        last = grid_exponent(self.sensitivity, nominal, self.dimension, norm=2)
-        while True:
-            shift_units = self._units_for(self.sensitivity, exponent)
+        # The grid comes from public parameters only: 2^-20 of the share Delta / sqrt(d), coarsened
+        # with the noise by at most 10 bits (module docstring); the discrete Gaussian sampler takes
+        # any sigma in grid units.
+        exponent = capped_grid_exponent(self.sensitivity, nominal, self.dimension, norm=2)
+        shift_units = self._units_for(self.sensitivity, exponent)
+        try:
             sigma_units = self._calibrate_units(shift_units)
-            if sigma_units <= MAX_SCALE or exponent >= last:
-                break
-            # sigma in grid units falls at most by half per bit of coarsening (the shift does), so the
-            # first grid within the sampler's range is at least log2(sigma_units / 2^40) - 1 bits away.
-            exponent = min(last, exponent + max(1, math.ceil(math.log2(sigma_units / MAX_SCALE)) - 1))
-        if sigma_units > MAX_SCALE:
-            # (no grid brings the noise within the sampler's range with an effective sensitivity
-            # dpkit accepts: beyond a sensitivity / epsilon of about 2^30 the grid cannot coarsen
-            # further than the sensitivity, so the noise in grid steps outgrows the sampler)
-            raise InvalidParameterError(
-                "epsilon",
-                epsilon,
-                f"with delta {delta:g} needs {sigma_units:.3g} grid steps of noise, beyond the discrete "
-                f"Gaussian sampler's {MAX_SCALE:g} (2**40): raise epsilon or delta",
-            )
+        except OverflowError:  # pragma: no cover - sigma / Delta is below ~2^70 for every accepted input
+            sigma_units = math.inf
+        if (
+            not math.isfinite(sigma_units)
+            or math.frexp(sigma_units)[1] - 1 + exponent >= math.frexp(MAX_RELEASE_SCALE)[1] - 1
+        ):
+            raise self._too_much_noise(epsilon, f"{sigma_units:.4g} x 2**{exponent}")  # at least 2^1007
         self.grid_exponent = exponent
         self._shift_units = shift_units
         self.effective_sensitivity = math.ldexp(shift_units, exponent)
         self._sigma_units = sigma_units
-        if math.frexp(sigma_units)[1] - 1 + exponent >= math.frexp(MAX_RELEASE_SCALE)[1] - 1:
-            raise self._too_much_noise(epsilon, f"{sigma_units:.4g} x 2**{exponent}")  # at least 2^1007
         self.sigma = math.ldexp(sigma_units, exponent)  # exact power-of-two rescaling
 
     def _too_much_noise(self, epsilon: float, sigma: str) -> InvalidParameterError:
@@ -553,8 +543,9 @@ class Gaussian(NumericMechanism):
         About sigma Phi^{-1}(1 - alpha/2) plus one grid step; computed from a rigorous tail bound.
         """
         level = check_alpha(alpha)
-        # P(|Z| > m - 1) = P(|Z| >= m) <= alpha, so m - 1 is a valid half-width.
-        return math.ldexp(float(self._smallest_units_with_tail(level) - 1), self.grid_exponent)
+        # P(|Z| > m - 1) = P(|Z| >= m) <= alpha, so m - 1 is a valid half-width (rounded up to a float
+        # where it passes 2^53, never down).
+        return math.ldexp(float_up(self._smallest_units_with_tail(level) - 1), self.grid_exponent)
 
     @property
     def expected_error(self) -> float:
@@ -572,7 +563,7 @@ class Gaussian(NumericMechanism):
         """
         level = check_alpha(beta)
         k = self.dimension if dimension is None else check_integer("dimension", dimension, minimum=1)
-        return math.ldexp(float(self._smallest_units_with_tail(level / k)), self.grid_exponent)
+        return math.ldexp(float_up(self._smallest_units_with_tail(level / k)), self.grid_exponent)
 
     def __repr__(self) -> str:
         return (

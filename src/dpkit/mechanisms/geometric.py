@@ -14,7 +14,11 @@ two-sided geometric noise keeps the answer an integer with the same pure-DP guar
   the range, i.e. the mass beyond each end is piled on that end. Clamping is post-processing,
   so the guarantee is unchanged; :meth:`Geometric.output_distribution` gives the exact law.
 
-The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace` (no floating-point gap).
+The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace` (no floating-point gap) for
+noise scales up to 2^40, and beyond by :func:`dpkit.noise.discrete_laplace_units` (two exact parts,
+in Python integers), so every epsilon is accepted whose noise scale stays below
+:data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, where intervals and quantiles stay within float64).
+Releases are int64 while they fit, Python integers (object arrays) beyond.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+import sys
 import warnings
 from fractions import Fraction
 from typing import Any
@@ -42,11 +47,24 @@ from dpkit._validation import (
 from dpkit.events import DiscreteLaplaceEvent
 from dpkit.guarantees import ApproxDP, PureDP, round_up
 from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_integer_values
-from dpkit.noise import MAX_SCALE, RandomSource, constant_time_tv_bound, discrete_laplace, resolve_source
+from dpkit.noise import (
+    MAX_RELEASE_SCALE,
+    MAX_SCALE,
+    RandomSource,
+    constant_time_tv_bound,
+    discrete_laplace,
+    discrete_laplace_units,
+    resolve_source,
+)
 
 optimize = LazyModule("scipy.optimize")
 
 __all__ = ["DiscreteLaplace", "Geometric", "check_integer_sensitivity"]
+
+# int64 range of released integers; floats hold every integer below 2^53 exactly.
+_INT64_LOW, _INT64_HIGH = -(2**63), 2**63
+_EXACT_FLOAT_INTEGER = 2**53
+_LARGEST_FLOAT_INTEGER = int(sys.float_info.max)
 
 
 def check_integer_sensitivity(value: Any, name: str = "sensitivity") -> int:
@@ -78,14 +96,104 @@ def _scale_up(value: Fraction) -> float:
     return scale
 
 
-def _smallest_epsilon(sensitivity: int) -> float:
-    """The least float epsilon whose noise scale (sensitivity / epsilon, rounded up) is within MAX_SCALE."""
-    epsilon = sensitivity / MAX_SCALE
-    while _scale_up(Fraction(sensitivity) / as_fraction(epsilon)) > MAX_SCALE:
+def _scale_allowed(scale: float, constant_time: bool) -> bool:
+    """Whether a noise scale is accepted: below 2^1007, and at most 2^40 in constant-time mode."""
+    return scale <= MAX_SCALE if constant_time else scale < MAX_RELEASE_SCALE
+
+
+def _smallest_epsilon(sensitivity: int, constant_time: bool = False) -> float:
+    """The least float epsilon whose noise scale (sensitivity / epsilon, rounded up) is accepted."""
+    epsilon = sensitivity / (MAX_SCALE if constant_time else MAX_RELEASE_SCALE)
+    while not _scale_allowed(_scale_up(Fraction(sensitivity) / as_fraction(epsilon)), constant_time):
         epsilon = math.nextafter(epsilon, math.inf)
-    while _scale_up(Fraction(sensitivity) / as_fraction(math.nextafter(epsilon, 0.0))) <= MAX_SCALE:
+    while _scale_allowed(_scale_up(Fraction(sensitivity) / as_fraction(math.nextafter(epsilon, 0.0))), constant_time):
         epsilon = math.nextafter(epsilon, 0.0)
     return epsilon
+
+
+def int64_if_fits(values: NDArray[Any]) -> NDArray[Any]:
+    """Integers (an int64 or object array) as int64 when every one fits, else an object array of
+    Python integers. The choice depends on the released values only (post-processing)."""
+    if values.dtype != object:
+        return values
+    if values.size == 0 or (_INT64_LOW <= min(values.flat) and max(values.flat) < _INT64_HIGH):
+        return values.astype(np.int64)
+    return values
+
+
+def _float_down(value: int) -> float:
+    """The largest float <= an integer (-inf below the float range)."""
+    if value > _LARGEST_FLOAT_INTEGER:
+        return sys.float_info.max
+    if value < -_LARGEST_FLOAT_INTEGER:
+        return -math.inf
+    result = float(value)
+    return math.nextafter(result, -math.inf) if int(result) > value else result
+
+
+def float_up(value: int) -> float:
+    """The smallest float >= an integer (+inf above the float range): a half-width never rounds down."""
+    if value < -_LARGEST_FLOAT_INTEGER:
+        return -sys.float_info.max
+    if value > _LARGEST_FLOAT_INTEGER:
+        return math.inf
+    result = float(value)
+    return math.nextafter(result, math.inf) if int(result) < value else result
+
+
+def _wide_integers(released: Any) -> NDArray[Any] | None:
+    """``released`` as an object array of Python integers when float64 cannot hold it exactly (Python
+    integers beyond int64, as released at huge scales, or integers of 2^53 and more); None otherwise."""
+    if released is None or isinstance(released, bool | np.bool_):
+        return None
+    try:
+        array = np.asarray(released)
+    except (TypeError, ValueError):
+        return None
+    if array.dtype.kind in "iu" and array.size:
+        wide = int(np.max(array)) >= _EXACT_FLOAT_INTEGER or int(np.min(array)) <= -_EXACT_FLOAT_INTEGER
+        return array.astype(object) if wide else None
+    if (
+        array.dtype == object
+        and array.size
+        and all(isinstance(v, int | np.integer) and not isinstance(v, bool | np.bool_) for v in array.flat)
+    ):
+        return np.vectorize(int, otypes=[object])(array)  # type: ignore[no-any-return]
+    return None
+
+
+def integer_confidence_interval(
+    quantile_units: Any, alpha: float, released: Any, simultaneous: bool, dimension: int | None
+) -> tuple[Any, Any] | None:
+    """The interval released -+ h of an integer mechanism, computed exactly in integers and rounded
+    outward to floats, for released integers that float64 cannot hold exactly (:func:`_wide_integers`);
+    None for any other ``released`` (the base class's interval then applies). ``quantile_units(level)``
+    is the integer half-width h with P(|Z| > h) <= level. The union bound over coordinates is the
+    base class's (:meth:`NumericMechanism.confidence_interval`)."""
+    values = _wide_integers(released)
+    if values is None:
+        return None
+    level = check_alpha(alpha)
+    if not isinstance(simultaneous, bool):
+        raise InvalidParameterError("simultaneous", simultaneous, "must be True or False")
+    count = values.size
+    if dimension is not None:
+        count = check_integer("dimension", dimension, minimum=1)
+        if count < values.size:
+            raise InvalidParameterError(
+                "dimension",
+                dimension,
+                f"must be at least the number of released coordinates ({values.size}): a simultaneous "
+                "interval over fewer coordinates than it covers would not hold",
+            )
+    if simultaneous and count > 1:
+        level = level / count
+    half_width = int(quantile_units(level))
+    low = np.array([_float_down(int(v) - half_width) for v in values.flat], dtype=np.float64)
+    high = np.array([float_up(int(v) + half_width) for v in values.flat], dtype=np.float64)
+    if values.ndim == 0:
+        return (float(low[0]), float(high[0]))
+    return (low.reshape(values.shape), high.reshape(values.shape))
 
 
 def _bits_of_float(value: float) -> int:
@@ -97,7 +205,7 @@ def _float_of_bits(bits: int) -> float:
     return float(struct.unpack("<d", struct.pack("<q", bits))[0])
 
 
-def _as_output(array: NDArray[np.int64], scalar: bool) -> Any:
+def _as_output(array: NDArray[Any], scalar: bool) -> Any:
     return int(array.reshape(-1)[0]) if scalar else array
 
 
@@ -138,9 +246,19 @@ class DiscreteLaplace(NumericMechanism):
         self._epsilon_exact = as_fraction(self._epsilon)
         # Rounded up: q^{-Delta} = exp(Delta / scale) <= exp(epsilon) for the exact epsilon claimed.
         self._scale = _scale_up(Fraction(self._sensitivity) / self._epsilon_exact)
-        if self._scale > MAX_SCALE:
+        if not self._scale < MAX_RELEASE_SCALE:
             raise InvalidParameterError(
-                "epsilon", epsilon, f"gives noise scale {self._scale:g} above the sampler's limit {MAX_SCALE:g}"
+                "epsilon",
+                epsilon,
+                f"gives noise scale {self._scale:g}: it must stay below 2**1007 ({MAX_RELEASE_SCALE:.4g}) for "
+                "intervals and quantiles to stay within float64 (raise epsilon)",
+            )
+        if self._constant_time and self._scale > MAX_SCALE:
+            raise InvalidParameterError(
+                "epsilon",
+                epsilon,
+                f"gives noise scale {self._scale:g} above the constant-time sampler's limit {MAX_SCALE:g} (2**40); "
+                "raise epsilon or use constant_time=False",
             )
         if self._constant_time and self._timing_delta(self._epsilon_exact) >= 1:
             raise InvalidParameterError(
@@ -213,15 +331,23 @@ class DiscreteLaplace(NumericMechanism):
             )
         return array
 
-    def _noise(self, count: int, rng: RandomSource | None) -> NDArray[np.int64]:
+    def _noise(self, count: int, rng: RandomSource | None) -> NDArray[Any]:
+        """int64 noise up to scale 2^40 (the draws dpkit always made); Python integers beyond."""
         source = resolve_source(rng)
-        return discrete_laplace(self._scale, count, rng=source, constant_time=self._constant_time)
+        if self._scale <= MAX_SCALE:
+            return discrete_laplace(self._scale, count, rng=source, constant_time=self._constant_time)
+        return discrete_laplace_units(self._scale, count, source)
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
-        """x + Z for an integer (or array of integers) x; an int for a scalar, an int64 array otherwise."""
+        """x + Z for an integer (or array of integers) x; an int for a scalar, an int64 array otherwise
+        (an object array of Python integers when a value leaves the int64 range: scales beyond ~2^57)."""
         array = self._check_values(value)
         noisy = array + self._noise(array.size, rng).reshape(array.shape)
-        return _as_output(noisy, array.ndim == 0)
+        return _as_output(self._integers(noisy), array.ndim == 0)
+
+    def _integers(self, noisy: Any) -> Any:
+        """int64 results as before up to scale 2^40; beyond, Python integers, as int64 where they fit."""
+        return noisy if self._scale <= MAX_SCALE else int64_if_fits(np.asarray(noisy, dtype=object))
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         array = self._check_values(value)
@@ -237,17 +363,38 @@ class DiscreteLaplace(NumericMechanism):
         if threshold <= 0:
             return 1.0
         q = self.q
-        return 2.0 * math.exp(-threshold / self._scale) / (1.0 + q)
+        try:
+            exponent = threshold / self._scale
+        except OverflowError:  # m beyond the float range: m / scale > 2^1024 / 2^1007, the tail underflows
+            return 0.0
+        return 2.0 * math.exp(-exponent) / (1.0 + q)
 
-    def noise_quantile(self, alpha: float) -> float:
-        """The smallest integer h >= 0 with P(|Z| > h) <= alpha (exact law, integer half-width)."""
-        level = check_alpha(alpha)
+    def _quantile_units(self, level: float) -> int:
+        """The smallest integer h >= 0 with P(|Z| > h) <= level (1 - 1e-12) (exact law)."""
         q = self.q
         # P(|Z| > h) = 2 q^(h+1) / (1 + q) <= alpha  <=>  h + 1 >= scale * ln(2 / (alpha (1 + q))).
         guess = max(0, math.ceil(self._scale * (math.log(2.0 / (1.0 + q)) - math.log(level))) - 1)
         # Correct a float misstep either way (galloping: where the tail underflows, at alpha ~1e-320,
-        # the guess can be off by many units); the check keeps a relative safety margin.
-        return float(first_true(lambda h: self.tail_probability(h + 1) <= level * (1 - 1e-12), guess))
+        # the guess can be off by many units); the check keeps a relative safety margin, which also
+        # absorbs the float error of the tail at huge scales (m / scale is off by 2^-53 relative, so
+        # the tail by at most 745 * 2^-52 = 1.7e-13 relative where it does not underflow).
+        return first_true(lambda h: self.tail_probability(h + 1) <= level * (1 - 1e-12), guess)
+
+    def noise_quantile(self, alpha: float) -> float:
+        """The smallest integer h >= 0 with P(|Z| > h) <= alpha (exact law, integer half-width; as a float
+        rounded up where h passes 2^53)."""
+        return float_up(self._quantile_units(check_alpha(alpha)))
+
+    def confidence_interval(
+        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
+    ) -> tuple[Any, Any]:
+        """Interval that contains the true value with probability >= 1 - alpha (see
+        :meth:`NumericMechanism.confidence_interval`). Released integers float64 cannot hold exactly
+        (Python integers from huge scales) are taken exactly, the ends rounded outward."""
+        wide = integer_confidence_interval(self._quantile_units, alpha, released, simultaneous, dimension)
+        if wide is not None:
+            return wide
+        return super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
 
     @property
     def expected_error(self) -> float:
@@ -258,9 +405,12 @@ class DiscreteLaplace(NumericMechanism):
 
     @property
     def variance(self) -> float:
-        """Var Z = E Z^2 = 2 q / (1 - q)^2."""
+        """Var Z = E Z^2 = 2 q / (1 - q)^2 (inf where it passes the float range, scales beyond ~1e154)."""
         one_minus_q = -math.expm1(-1.0 / self._scale)
-        return 2.0 * self.q / one_minus_q**2
+        if one_minus_q > 1e-150:
+            return 2.0 * self.q / one_minus_q**2
+        inverse = 1.0 / one_minus_q  # (1 - q)^2 would underflow; 1 / (1 - q) is at most ~2^1007
+        return 2.0 * self.q * inverse * inverse  # a float product overflows to inf, never raises
 
     def pmf(self, z: Any) -> NDArray[np.float64]:
         """P(Z = z) = (1 - q)/(1 + q) q^|z| for integers z (floats, for analysis and tests)."""
@@ -277,9 +427,10 @@ class DiscreteLaplace(NumericMechanism):
         That is, ``noise_quantile(alpha) <= accuracy`` (P(|Z| > accuracy) <= alpha for the exact
         discrete law; ``accuracy`` >= 0, only its integer part matters since Z is an integer), for
         every alpha in (0, 1). The epsilon returned is the least float with that property: the
-        next float below it misses the target. When even the smallest epsilon the sampler supports
-        (noise scale at most 2^40) meets the target, the least epsilon lies below that limit and the
-        target is refused with an :class:`~dpkit.InvalidParameterError` naming ``accuracy``.
+        next float below it misses the target. When even the smallest epsilon the mechanism accepts
+        (noise scale below 2^1007; at most 2^40 in constant-time mode) meets the target, the least
+        epsilon lies below that limit and the target is refused with an
+        :class:`~dpkit.InvalidParameterError` naming ``accuracy``.
 
         >>> mechanism = DiscreteLaplace.from_accuracy(accuracy=10, alpha=0.05)
         >>> mechanism.noise_quantile(0.05) <= 10, round(mechanism.epsilon, 4)
@@ -302,20 +453,21 @@ class DiscreteLaplace(NumericMechanism):
 
         # excess is increasing in the scale; P(|Z| >= m) -> 2/(1+q) > 1 > alpha as the scale grows.
         low, high = -10.0, 0.0
-        while excess(high) < 0 and high < 60.0:
+        while excess(high) < 0 and high < 700.0:  # scales up to e^700 (2^1007 is e^698)
             low, high = high, high + 5.0
         while excess(low) > 0:
             low -= 10.0
         # The root is a first guess only: near alpha = 1 the float excess cancels to a few digits,
         # and noise_quantile keeps a 1e-12 margin on alpha. The exact answer is searched below.
         guess = delta / math.exp(optimize.brentq(excess, low, high, xtol=1e-14)) if excess(high) >= 0 else 0.0
-        smallest = _smallest_epsilon(delta)
+        smallest = _smallest_epsilon(delta, constant_time)
         if meets(smallest):
+            limit = f"at most {MAX_SCALE:g}" if constant_time else f"below 2**1007 ({MAX_RELEASE_SCALE:.4g})"
             raise InvalidParameterError(
                 "accuracy",
                 accuracy,
-                f"is met even at the smallest epsilon the sampler supports ({smallest:g}, noise scale "
-                f"{MAX_SCALE:g}); the smallest epsilon meeting it lies below that limit",
+                f"is met even at the smallest epsilon the mechanism accepts ({smallest:g}, noise scale "
+                f"{limit}); the smallest epsilon meeting it lies below that limit",
             )
         # Positive floats are ordered as their bit patterns: the least float epsilon meeting the target
         # is the first integer pattern where the (monotone) test holds, galloping from the guess.
@@ -393,17 +545,28 @@ class Geometric(DiscreteLaplace):
         return array
 
     def _clamp(self, array: NDArray[Any]) -> NDArray[Any]:
+        if array.dtype == object:  # Python integers (huge scales): numpy's min/max would cast them to C longs
+            return np.vectorize(self._clamp_one, otypes=[object])(array)  # type: ignore[no-any-return]
         if self._lower is not None:
             array = np.maximum(array, self._lower)
         if self._upper is not None:
             array = np.minimum(array, self._upper)
         return array
 
+    def _clamp_one(self, value: int) -> int:
+        if self._lower is not None and value < self._lower:
+            return self._lower
+        if self._upper is not None and value > self._upper:
+            return self._upper
+        return value
+
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:
         """clamp(x + Z, lower, upper) for integer x in [lower, upper] (an int for a scalar x)."""
         array = self._check_values(value)
-        noisy = self._clamp(array + self._noise(array.size, rng).reshape(array.shape))
-        return _as_output(noisy.astype(np.int64), array.ndim == 0)
+        noisy = array + self._noise(array.size, rng).reshape(array.shape)
+        if self._scale > MAX_SCALE:  # Python integers: clamped as objects (numpy would cast them to C longs)
+            return _as_output(self._integers(self._clamp(np.asarray(noisy, dtype=object))), array.ndim == 0)
+        return _as_output(self._clamp(noisy).astype(np.int64), array.ndim == 0)
 
     def confidence_interval(
         self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None

@@ -48,7 +48,9 @@ __all__ = [
     "uniform_integers",
 ]
 
-#: Largest scale (or sigma) the samplers accept; larger scales lose the float fast path.
+#: Largest scale :func:`geometric` and :func:`discrete_laplace` accept (and the discrete Gaussian's
+#: sigma in constant-time mode); larger scales lose the float fast path. :func:`geometric_units`,
+#: :func:`discrete_laplace_units` and :func:`discrete_gaussian` take any finite scale.
 MAX_SCALE = 2.0**40
 # 64 x the worst-case relative error of log, subtraction and product in float64 (about 2^-50).
 _REL_MARGIN = 2.0**-44
@@ -434,20 +436,34 @@ def bernoulli_logistic(
 
 def discrete_gaussian(
     sigma: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False
-) -> NDArray[np.int64]:
+) -> NDArray[Any]:
     """Exact samples of the discrete Gaussian N_Z(0, sigma^2): P(X = x) proportional to exp(-x^2 / (2 sigma^2)).
 
     Canonne, Kamath & Steinke (2020), Algorithm 3: draw Y from the discrete Laplace law of
     scale t = floor(sigma) + 1 and keep it with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
-    Both steps are exact (see the module docstring).
+    Both steps are exact (see the module docstring), for every finite sigma > 0. Up to
+    sigma = 2^40 (:data:`MAX_SCALE`) Y comes from :func:`discrete_laplace`; beyond, from
+    :func:`discrete_laplace_units` (Python integers) and the acceptance exponent is an exact rational
+    (:func:`_discrete_gaussian_any_sigma`). The result is int64, or an object array of Python
+    integers when a draw leaves the int64 range (in practice from sigma ~ 2^58 on).
+    ``constant_time=True`` is available up to sigma = 2^40.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> discrete_gaussian(2.0, 6, rng=InsecureSeededRandom(4)).tolist()
     [0, -2, 0, -1, 3, -1]
+    >>> draws = discrete_gaussian(1e20, 4, rng=InsecureSeededRandom(4))
+    >>> draws.dtype, all(abs(int(x)) < 10**22 for x in draws)
+    (dtype('O'), True)
     """
-    sig = _check_scale("sigma", sigma)
+    sig = check_positive("sigma", sigma)
     n = _check_size(size)
     source = resolve_source(rng)
+    if sig > MAX_SCALE:
+        if constant_time:
+            raise InvalidParameterError(
+                "sigma", sigma, f"must be at most {MAX_SCALE:g} (2**40) with constant_time=True"
+            )
+        return _discrete_gaussian_any_sigma(sig, n, source)
     # Any integer t >= 1 gives the exact law (the acceptance cancels Y's e^{-|y|/t}); floor(sigma) + 1
     # keeps acceptance high, capped at the discrete Laplace sampler's largest scale (sigma up to 2**40).
     t = min(math.floor(sig) + 1, int(MAX_SCALE))
@@ -488,6 +504,84 @@ def discrete_gaussian(
         filled += kept.size
         acceptance = max(0.05, float(accept.mean())) if batch else acceptance
     return out
+
+
+def _over_float(numerators: NDArray[Any], denominator: float) -> NDArray[np.float64]:
+    """numerator / denominator in float64 for Python integers: each integer rounded once to a float
+    (int -> float is correctly rounded), then divided (one more rounding)."""
+    try:
+        quotient: NDArray[np.float64] = numerators.astype(np.float64) / denominator
+    except OverflowError:
+        # An integer beyond the float range (a proposal above 2^1024: likely only for sigma near the
+        # largest float; below e^-(2^16) at the mechanisms' sigmas, under 2^1007): each quotient
+        # rounded once from the exact rational instead.
+        exact = Fraction(denominator)
+        quotient = np.array([float(Fraction(int(v)) / exact) for v in numerators], dtype=np.float64)
+    return quotient
+
+
+def _fit_int64(values: NDArray[Any]) -> NDArray[Any]:
+    """Integers (an int64 or object array) as int64 when every one fits, else as an object array of
+    Python integers (a function of the values only: post-processing)."""
+    if values.dtype != object:
+        return values
+    if values.size == 0 or (-(2**63) <= min(values.flat) and max(values.flat) < 2**63):
+        return values.astype(np.int64)
+    return values
+
+
+def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> NDArray[Any]:
+    """CKS Algorithm 3 for sigma > 2^40: exact at any finite sigma, in Python integers.
+
+    The proposal Y is discrete Laplace of scale t (P(Y = y) proportional to e^{-|y|/t}) and Y is kept
+    with probability exp(-gamma), gamma = (|y| - sigma^2/t)^2 / (2 sigma^2). Since
+    -|y|/t - gamma = -y^2 / (2 sigma^2) - sigma^2 / (2 t^2), a kept Y has P(Y = y) proportional to
+    exp(-y^2 / (2 sigma^2)) for *any* real t > 0 (CKS's proof does not use t being an integer).
+    t is CKS's floor(sigma) + 1, as the nearest float where that integer is not one (sigma >= 2^53).
+    Y comes from :func:`discrete_laplace_units` at the float t (its exact law). Each acceptance is an
+    exact Bernoulli(exp(-gamma)) trial (:func:`_accept_below_exp`): gamma is bracketed in float,
+    computed as ((|y| / sigma) - sigma / t)^2 / 2 so that nothing overflows (sigma^2 does beyond
+    1e154), with a rigorous error bound, and a draw within that bound of its threshold is decided
+    against the exact rational gamma, from sigma and t taken as the exact binary values of the floats.
+    Acceptance probability: (1 - q) / (1 + q) e^{-sigma^2 / (2 t^2)} sum_y e^{-y^2 / (2 sigma^2)}
+    with q = e^{-1/t}, which tends to sqrt(pi / 2) e^{-1/2} = 0.760 (1.32 proposals per draw).
+    """
+    t = float(math.floor(sig) + 1)
+    sigma_exact = Fraction(sig)
+    two_sigma_sq_exact = 2 * sigma_exact * sigma_exact
+    shift_exact = sigma_exact * sigma_exact / Fraction(t)
+    ratio = sig / t  # sigma^2 / t in units of sigma (relative error 2^-53)
+    out = np.empty(n, dtype=object)
+    filled = 0
+    acceptance = 0.75
+    while filled < n:
+        wanted = n - filled
+        batch = min(_BATCH, int(wanted / acceptance * 1.05) + 64)
+        candidates = discrete_laplace_units(t, batch, source)
+        magnitude = np.abs(candidates)
+        # x = |y| / sigma carries at most two roundings (2^-53 relative each) and ratio one, so the
+        # float distance x - ratio is off by at most about 3 2^-53 (x + ratio) and gamma by about
+        # 3 2^-53 (x + ratio)^2 + 2^-53 gamma: the bound below is 2^-44 times that (over 80x room).
+        x = _over_float(magnitude, sig)
+        distance = x - ratio
+        with np.errstate(over="ignore"):
+            gamma = distance * distance / 2.0
+            gamma_error = _REL_MARGIN * ((x + ratio) ** 2 / 2.0 + gamma) + 1e-300
+        # Past the float range (|y| above 1e154 sigma) gamma is at least 1e308: a lower bound with no
+        # error term still rejects exactly (U >= e^-1e308 >= e^-gamma), and never accepts in float.
+        overflowed = ~(np.isfinite(gamma) & np.isfinite(gamma_error))
+        gamma[overflowed], gamma_error[overflowed] = 1e308, 0.0
+
+        def exact_gamma(index: int, _m: NDArray[Any] = magnitude) -> Fraction:
+            d = int(_m[index]) - shift_exact
+            return d * d / two_sigma_sq_exact
+
+        accept = _accept_below_exp(source.uint64(batch), gamma, gamma_error, exact_gamma, source)
+        kept = candidates[accept][:wanted]
+        out[filled : filled + kept.size] = kept
+        filled += kept.size
+        acceptance = max(0.05, float(accept.mean()))
+    return _fit_int64(out)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -37,8 +37,8 @@ from dpkit._search import first_true
 from dpkit._validation import as_fraction, check_delta, check_epsilon, check_positive, warn_if_risky
 from dpkit.events import DiscreteGaussianEvent
 from dpkit.guarantees import ZCDP, ApproxDP, Guarantee, round_up
-from dpkit.mechanisms._base import NumericMechanism, check_alpha, check_integer_values
-from dpkit.mechanisms.geometric import check_integer_sensitivity, float_up, int64_if_fits, integer_confidence_interval
+from dpkit.mechanisms._base import check_integer_values
+from dpkit.mechanisms.geometric import IntegerNoiseMechanism, check_integer_sensitivity, int64_if_fits
 from dpkit.noise import MAX_RELEASE_SCALE, MAX_SCALE, RandomSource, discrete_gaussian, resolve_source
 
 __all__ = ["DiscreteGaussian", "discrete_gaussian_delta"]
@@ -166,7 +166,7 @@ def _calibrate_sigma(epsilon: Fraction, delta: float, sensitivity: int) -> float
     return high
 
 
-class DiscreteGaussian(NumericMechanism):
+class DiscreteGaussian(IntegerNoiseMechanism):
     """Add discrete Gaussian noise N_Z(0, sigma^2) to an integer query (Canonne, Kamath & Steinke 2020).
 
     Build it from exactly one of:
@@ -373,28 +373,13 @@ class DiscreteGaussian(NumericMechanism):
         return 2.0 * weights.probability_at_least(h + 1)
 
     def _quantile_units(self, level: float) -> int:
-        """The smallest integer h >= 0 with P(|X| > h) (1 + 1e-9) <= level (the tail as in :meth:`tail_probability`)."""
+        """The smallest integer h >= 0 with P(|X| > h) (1 + 1e-9) <= level (the tail as in :meth:`tail_probability`:
+        the exact pmf, or for huge sigma a rigorous upper bound, so h may exceed the exact one by a
+        relative 1e-7 at most)."""
         # sigma^2-subgaussian (CKS): P(|X| > h) <= 2 exp(-(h+1)^2 / (2 sigma^2)) gives an upper start.
         start = max(0, math.ceil(self._sigma * math.sqrt(2 * math.log(2 / level))) - 1)
         # The tail is an exact sum, or for huge sigma one upper bound: monotone in h either way.
         return first_true(lambda h: self.tail_probability(h) * (1 + _SUM_MARGIN) <= level, start)
-
-    def noise_quantile(self, alpha: float) -> float:
-        """The smallest integer h >= 0 with P(|X| > h) <= alpha (from the exact pmf; for huge sigma, from
-        a rigorous upper bound on the tail, so h may exceed the exact one by a relative 1e-7 at most; as
-        a float rounded up where h passes 2^53)."""
-        return float_up(self._quantile_units(check_alpha(alpha)))
-
-    def confidence_interval(
-        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
-    ) -> tuple[Any, Any]:
-        """Interval that contains the true value with probability >= 1 - alpha (see
-        :meth:`NumericMechanism.confidence_interval`). Released integers float64 cannot hold exactly
-        (Python integers from huge sigmas) are taken exactly, the ends rounded outward."""
-        wide = integer_confidence_interval(self._quantile_units, alpha, released, simultaneous, dimension)
-        if wide is not None:
-            return wide
-        return super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
 
     @property
     def expected_error(self) -> float:

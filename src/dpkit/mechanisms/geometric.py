@@ -28,6 +28,7 @@ import numbers
 import struct
 import sys
 import warnings
+from abc import abstractmethod
 from fractions import Fraction
 from typing import Any
 
@@ -196,6 +197,31 @@ def integer_confidence_interval(
     return (low.reshape(values.shape), high.reshape(values.shape))
 
 
+class IntegerNoiseMechanism(NumericMechanism):
+    """Base of the integer mechanisms (discrete Laplace, geometric, discrete Gaussian): their accuracy
+    from ``_quantile_units(level)``, the smallest integer half-width h with P(|Z| > h) <= level."""
+
+    @abstractmethod
+    def _quantile_units(self, level: float) -> int:
+        """The smallest integer h >= 0 with P(|Z| > h) <= level, for this mechanism's law."""
+
+    def noise_quantile(self, alpha: float) -> float:
+        """The smallest integer h >= 0 with P(|Z| > h) <= alpha (integer half-width; as a float rounded
+        up where h passes 2^53)."""
+        return float_up(self._quantile_units(check_alpha(alpha)))
+
+    def confidence_interval(
+        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
+    ) -> tuple[Any, Any]:
+        """Interval that contains the true value with probability >= 1 - alpha (see
+        :meth:`NumericMechanism.confidence_interval`). Released integers float64 cannot hold exactly
+        (Python integers from huge scales) are taken exactly, the ends rounded outward."""
+        wide = integer_confidence_interval(self._quantile_units, alpha, released, simultaneous, dimension)
+        if wide is not None:
+            return wide
+        return super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
+
+
 def _bits_of_float(value: float) -> int:
     """The IEEE 754 bit pattern of a positive float: an integer ordered as the floats are."""
     return int(struct.unpack("<q", struct.pack("<d", value))[0])
@@ -209,7 +235,7 @@ def _as_output(array: NDArray[Any], scalar: bool) -> Any:
     return int(array.reshape(-1)[0]) if scalar else array
 
 
-class DiscreteLaplace(NumericMechanism):
+class DiscreteLaplace(IntegerNoiseMechanism):
     """Add discrete Laplace noise to an integer query: epsilon-DP, integer output.
 
     Releases x + Z with P(Z = z) = (1 - q) / (1 + q) q^|z|, q = exp(-1 / scale), scale the
@@ -379,22 +405,6 @@ class DiscreteLaplace(NumericMechanism):
         # absorbs the float error of the tail at huge scales (m / scale is off by 2^-53 relative, so
         # the tail by at most 745 * 2^-52 = 1.7e-13 relative where it does not underflow).
         return first_true(lambda h: self.tail_probability(h + 1) <= level * (1 - 1e-12), guess)
-
-    def noise_quantile(self, alpha: float) -> float:
-        """The smallest integer h >= 0 with P(|Z| > h) <= alpha (exact law, integer half-width; as a float
-        rounded up where h passes 2^53)."""
-        return float_up(self._quantile_units(check_alpha(alpha)))
-
-    def confidence_interval(
-        self, alpha: float, released: Any = None, *, simultaneous: bool = False, dimension: int | None = None
-    ) -> tuple[Any, Any]:
-        """Interval that contains the true value with probability >= 1 - alpha (see
-        :meth:`NumericMechanism.confidence_interval`). Released integers float64 cannot hold exactly
-        (Python integers from huge scales) are taken exactly, the ends rounded outward."""
-        wide = integer_confidence_interval(self._quantile_units, alpha, released, simultaneous, dimension)
-        if wide is not None:
-            return wide
-        return super().confidence_interval(alpha, released, simultaneous=simultaneous, dimension=dimension)
 
     @property
     def expected_error(self) -> float:

@@ -72,29 +72,19 @@ def sensitivity_grid_exponent(sensitivity: float, dimension: int = 1, *, norm: i
     return math.frexp(share)[1] - 1 - _GRID_BITS  # floor(log2(share)), exactly (math.log2 can round up)
 
 
-def grid_exponent(
-    sensitivity: float,
-    noise_scale: float,
-    dimension: int = 1,
-    *,
-    norm: int = 1,
-    max_noise_units: float = _MAX_NOISE_UNITS,
-) -> int:
+def grid_exponent(sensitivity: float, noise_scale: float, dimension: int = 1, *, norm: int = 1) -> int:
     """The exponent k of the public output grid 2^k, from public parameters only.
 
-    :func:`sensitivity_grid_exponent`, coarsened (when needed) until the noise is at most
-    ``max_noise_units`` grid units (2^30 by default).
+    :func:`sensitivity_grid_exponent`, coarsened (when needed) until the noise is at most 2^30 grid
+    units.
 
-    >>> grid_exponent(1.0, 10.0)
-    -20
-    >>> grid_exponent(1.0, 2.0**20), grid_exponent(1.0, 2.0**20, max_noise_units=2.0**40)
-    (-10, -20)
+    >>> grid_exponent(1.0, 10.0), grid_exponent(1.0, 2.0**20)
+    (-20, -10)
     """
     scale = check_positive("noise_scale", noise_scale)
-    units = check_positive("max_noise_units", max_noise_units)
     k = sensitivity_grid_exponent(sensitivity, dimension, norm=norm)
-    ratio = scale / units  # exact for a power-of-two limit, unless it underflows (a noise scale below ~5e-315)
-    coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(units))
+    ratio = scale / _MAX_NOISE_UNITS  # exact (a power of two), unless it underflows (a scale below ~5e-315)
+    coarse = math.ceil(math.log2(ratio)) if ratio > 0 else math.ceil(math.log2(scale) - math.log2(_MAX_NOISE_UNITS))
     return max(k, coarse)
 
 

@@ -426,9 +426,8 @@ def test_gaussian_calibration_is_rigorous_at_huge_sigma(epsilon, delta):
     """Dimension 1, sigma from 4e12 to 4e25 grid units: the released law's delta, computed in mpmath from
     the exact tails of N_Z(0, s^2) (CKS 2020, Thm 7; midpoint rule, relative O(s^-2)), is at most the
     rigorous bound dpkit calibrated against, which is at most the target; sigma is at least the
-    continuous analytic sigma. (The bound's 1e-12 relative margins on two tails of up to 0.3 make it
-    loose where delta is far below the tails: sigma is 1.016 x nominal at epsilon 1e-10, 1.83 x at
-    1e-12; the grid no longer adds to that.)"""
+    continuous analytic sigma. (sigma's closeness to the continuous one at these epsilons is
+    test_gaussian_delta_window.py's.)"""
     mechanism = Gaussian(1.0, epsilon, delta)
     assert mechanism.sigma >= analytic_gaussian_sigma(epsilon, delta, 1.0)
     assert Fraction(mechanism.effective_sensitivity) <= GRID_SLACK

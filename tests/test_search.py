@@ -1,4 +1,5 @@
-"""``dpkit._search.first_true``: the answer for every kind of start, in logarithmically many calls."""
+"""``dpkit._search``: first_true finds the answer for every kind of start in logarithmically many calls;
+bisect_floats ends on adjacent floats."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dpkit._search import first_true
+from dpkit._search import bisect_floats, first_true
 
 
 def _counted(answer: int):
@@ -38,3 +39,20 @@ def test_first_true_guess_below_lowest_is_raised_to_it():
     predicate, calls = _counted(7)
     assert first_true(predicate, -100, lowest=3) == 7
     assert calls[0] == 3
+
+
+@pytest.mark.parametrize(
+    ("root", "low", "high"),
+    [(math.sqrt(2.0), 1.0, 2.0), (1e-300, -1.0, 1.0), (-3.5, -700.0, 700.0), (0.0, -1e308, 1e308)],
+)
+def test_bisect_floats_ends_on_adjacent_floats_either_side_of_the_switch(root, low, high):
+    calls = []
+
+    def below(x: float) -> bool:
+        calls.append(x)
+        return x < root
+
+    left, right = bisect_floats(below, low, high)
+    assert left < root <= right and math.nextafter(left, math.inf) == right
+    assert low not in calls and high not in calls  # the ends are taken as given
+    assert len(calls) <= 2100

@@ -1,10 +1,12 @@
-"""Integer search shared by the samplers and the accuracy bounds: the first integer where a monotone test holds."""
+"""Monotone searches shared across dpkit: the first integer where a test holds (samplers, accuracy
+bounds), and a sign change narrowed to adjacent floats (accountants, cost model)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
-__all__ = ["first_true"]
+__all__ = ["bisect_floats", "first_true"]
 
 
 def first_true(predicate: Callable[[int], bool], guess: int, lowest: int = 0) -> int:
@@ -41,3 +43,25 @@ def first_true(predicate: Callable[[int], bool], guess: int, lowest: int = 0) ->
         else:
             low = middle
     return high
+
+
+def bisect_floats(below: Callable[[float], bool], low: float, high: float) -> tuple[float, float]:
+    """Narrow ``[low, high]`` to adjacent floats around the point where the monotone test ``below``
+    turns false (``below(low)`` true, ``below(high)`` false, both taken as given and never called).
+
+    Returns ``(low, high)`` with ``below(low)`` true and ``below(high)`` false and no float between
+    them: at most about 2,100 halvings over the whole float range.
+
+    >>> low, high = bisect_floats(lambda x: x * x < 2.0, 1.0, 2.0)
+    >>> high == math.nextafter(low, 3.0), low * low < 2.0 <= high * high
+    (True, True)
+    """
+    while True:
+        width = high - low
+        middle = low + width / 2 if width < math.inf else 0.5 * low + 0.5 * high  # (-1e308, 1e308): width is inf
+        if not low < middle < high:
+            return low, high
+        if below(middle):
+            low = middle
+        else:
+            high = middle

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 
+from dpkit._search import bisect_floats
 from dpkit.accounting._base import PrivacyAccountant, inverse_square
 from dpkit.accounting._rdp import grouped_event
 from dpkit.events import (
@@ -127,14 +128,8 @@ def zcdp_delta(rho: float, epsilon: float) -> float:
         high = min(2 * high, 700.0)
     if slope(low) >= 0:
         high = low
-    for _ in range(200):
-        middle = 0.5 * (low + high)
-        if not low < middle < high:
-            break
-        if slope(middle) < 0:
-            low = middle
-        else:
-            high = middle
+    else:
+        low, high = bisect_floats(lambda u: slope(u) < 0, low, high)
     candidates = [0.5 * math.log(-math.expm1(-rho)) if rho > 0 else 0.0]  # Bretagnolle-Huber
     for u in (low, high):
         # f = (alpha-1) ((alpha rho) - epsilon + log(1 - 1/alpha)) - log alpha at alpha = 1 + e^u, the

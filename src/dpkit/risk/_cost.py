@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpkit._lazy import LazyModule
+from dpkit._search import bisect_floats
 from dpkit._validation import check_epsilon, check_positive
 from dpkit.risk._laplace import cdf_unchecked, check_dimension, confidence_unchecked, mixture_weights, risk_unchecked
 
@@ -326,12 +327,5 @@ def _polish_root(g: Callable[[float], float], root: float, low: float, high: flo
         while above - step > low and g(above - step) >= 0:
             above, step = above - step, 2 * step
         below = max(low, above - step)
-    while True:  # bisect [below, above] down to adjacent floats: g(below) < 0 <= g(above)
-        middle = below + (above - below) / 2
-        if not below < middle < above:
-            break
-        if g(middle) < 0:
-            below = middle
-        else:
-            above = middle
+    below, above = bisect_floats(lambda x: g(x) < 0, below, above)  # g(below) < 0 <= g(above)
     return below if abs(g(below)) < abs(g(above)) else above

@@ -283,7 +283,9 @@ def test_absurd_max_positives_refused_at_construction_by_name():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PrivacyWarning)
         built = SparseVector(1.0, 2.0**-60, threshold=0.0, max_positives=largest)
-    assert built.release([0.0, 1.0], rng=InsecureSeededRandom(28)) in ([False, False], [True], [False, True])
+    # Two answers whatever the noise (max_positives >= 2 never halts early): any of the four outcomes.
+    released = built.release([0.0, 1.0], rng=InsecureSeededRandom(28))
+    assert len(released) == 2 and all(isinstance(answer, bool) for answer in released)
     with pytest.raises(InvalidParameterError):
         SparseVector(1.0, 2.0**-60, threshold=0.0, max_positives=largest + 1)
     # A large but sane c works at every epsilon, its noise at the nominal scale.

@@ -14,10 +14,11 @@ two-sided geometric noise keeps the answer an integer with the same pure-DP guar
   the range, i.e. the mass beyond each end is piled on that end. Clamping is post-processing,
   so the guarantee is unchanged; :meth:`Geometric.output_distribution` gives the exact law.
 
-The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace` (no floating-point gap) for
-noise scales up to 2^40, and beyond by :func:`dpkit.noise.discrete_laplace_units` (two exact parts,
-in Python integers), so every epsilon is accepted whose noise scale stays below
-:data:`dpkit.noise.MAX_RELEASE_SCALE` (2^1007, where intervals and quantiles stay within float64).
+The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace_units` (no floating-point gap;
+from a noise scale of 2^30 on in two exact parts, as Python integers where the draws leave int64),
+so every epsilon is accepted whose noise scale stays below :data:`dpkit.noise.MAX_RELEASE_SCALE`
+(2^1007, where intervals and quantiles stay within float64). Constant-time mode
+(``constant_time=True``) uses :func:`dpkit.noise.discrete_laplace`'s fixed-work sampler, up to 2^40.
 Releases are int64 while they fit, Python integers (object arrays) beyond.
 """
 
@@ -358,10 +359,12 @@ class DiscreteLaplace(IntegerNoiseMechanism):
         return array
 
     def _noise(self, count: int, rng: RandomSource | None) -> NDArray[Any]:
-        """int64 noise up to scale 2^40 (the draws dpkit always made); Python integers beyond."""
+        """Exact discrete Laplace noise: int64 while it fits, Python integers beyond (scales near 2^57).
+        Constant-time mode (scales up to 2^40) has its own fixed-work sampler; otherwise
+        :func:`dpkit.noise.discrete_laplace_units` picks the fastest exact path for the scale."""
         source = resolve_source(rng)
-        if self._scale <= MAX_SCALE:
-            return discrete_laplace(self._scale, count, rng=source, constant_time=self._constant_time)
+        if self._constant_time:
+            return discrete_laplace(self._scale, count, rng=source, constant_time=True)
         return discrete_laplace_units(self._scale, count, source)
 
     def release(self, value: Any, *, rng: RandomSource | None = None) -> Any:

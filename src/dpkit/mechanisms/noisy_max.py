@@ -59,8 +59,8 @@ class ReportNoisyMax(_SelectionMechanism):
     Dwork & Roth (2014), Sec. 3.3, Claim 3.9. Here the scores are rounded to the public grid
     2^k and the noise is exact integer noise in grid units of scale t = 2U / epsilon
     (U / epsilon with ``monotonic=True``), U = floor(Delta / 2^k) + 1, so t 2^k is within a
-    factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^36
-    grid units and more (epsilon below about 1e-4) are drawn exactly in two parts and added to the scores
+    factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^30
+    grid units and more (epsilon below about 2e-3) are drawn exactly in two parts and added to the scores
     in exact integer arithmetic (:func:`~dpkit.noise.geometric_units`):
 
     - ``noise="exponential"`` (default): one-sided geometric noise P(Z = z) ∝ e^{-z/t}, z >= 0,
@@ -125,8 +125,8 @@ class ReportNoisyMax(_SelectionMechanism):
         """The candidate (index, or label) with the largest noisy score for the score vector ``value``."""
         # Scores relative to the maximum, clamped below at -cap (2^52, or 2^15 noise scales for a
         # larger noise): max(n_o, n_max - cap) has the same sensitivity, and the argmax is
-        # unchanged by the common shift. From 2^36 grid units the noise (and so the sum) is an
-        # array of Python integers: exact integer arithmetic at any scale.
+        # unchanged by the common shift. The noise is int64 below 2^62 (|relative| <= 2^52: the sum fits)
+        # and Python integers beyond: exact integer arithmetic at any scale.
         relative = -self._gaps(value)
         source = resolve_source(rng)
         sampler = geometric_units if self._noise == "exponential" else discrete_laplace_units

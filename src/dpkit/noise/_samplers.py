@@ -9,7 +9,11 @@ c * q^m lie above U", or "is U < exp(-gamma)") is made in float64 with a rigorou
 that falls within the margin of a threshold (probability about ``scale * 2^-43`` per draw) is
 decided exactly instead: more bits of the same U are drawn and the threshold is bracketed with
 interval arithmetic (:mod:`dpkit.noise._exact`). The output distributions are therefore
-*exactly* the ideal ones, while almost all the work is a handful of numpy passes.
+*exactly* the ideal ones, while almost all the work is a handful of numpy passes. Since that
+fraction grows with the scale, scales from 2^30 on are drawn in two exact parts
+(:func:`geometric_units`): a high part at a scale below 2^30, and low bits by exact rejection
+from uniform proposals, whose fast test (one integer comparison) leaves under 2^-29 of the draws
+to the exact decision.
 
 Timing: the exact path runs for a vanishing fraction of draws, so its timing leaks very little.
 ``constant_time=True`` removes it altogether: every draw gets the same fixed work and the
@@ -59,12 +63,15 @@ _MAX_COUNT = float(2**62)
 _TWO_M53 = 2.0**-53
 _BATCH = 1 << 20
 _TWO_64 = 1 << 64
-# Scales below 2^36 are drawn by geometric / discrete_laplace directly (their float fast path needs
-# its exact fallback for about scale 2^-43 of the draws, 1 in 128 at 2^36); larger ones in two
-# exact parts (geometric_units).
-_FAST_SCALE_BITS = 36
+# Scales below 2^30 are drawn by geometric / discrete_laplace directly (their float fast path needs
+# its exact fallback, about 100 us in Python, for about scale 2^-43 of the draws: 1 in 8192 at 2^30,
+# 1 in 128 at 2^36); larger ones in two exact parts (geometric_units). 2^30 is also the mechanisms'
+# largest noise in grid units, so their draws go on taking the direct path.
+_FAST_SCALE_BITS = 30
 # The low part of a two-part draw is assembled in int64 chunks of this many bits.
 _CHUNK_BITS = 62
+# Two-part draws are int64 when every magnitude is below 2^(this), else Python integers.
+_INT64_RESULT_BITS = 62
 
 
 #: Most draws one call returns (2**40 int64 values are 8 TiB: beyond any machine, refused by name
@@ -229,30 +236,110 @@ def discrete_laplace(
 
 
 # ---------------------------------------------------------------------------------------------
-# Any scale: two exact parts, in Python integers
+# Any scale: two exact parts (int64 while the draws stay below 2^62, Python integers beyond)
 # ---------------------------------------------------------------------------------------------
 
 
 def _split_bits(scale: float) -> int:
-    """j >= 0 with scale / 2^j < 2^36: the low bits drawn one by one by :func:`geometric_units`."""
+    """j >= 0 with scale / 2^j < 2^30 (:data:`_FAST_SCALE_BITS`): the number of low bits
+    :func:`geometric_units` draws apart from the high part."""
     return max(0, math.frexp(scale)[1] - _FAST_SCALE_BITS)
+
+
+def _low_chunk(
+    exact_scale: Fraction, start: int, stop: int, size: int, source: RandomSource
+) -> tuple[NDArray[np.int64], NDArray[np.bool_]]:
+    """Bits start..stop-1 (at most 62 of them) of the low part L, as C = (L >> start) mod 2^(stop - start).
+
+    C has P(C = c) proportional to q^(2^start c) on [0, 2^(stop - start)) (q = exp(-1/scale)), drawn
+    by exact rejection: c uniform (the top stop - start bits of a 64-bit word), kept when a uniform U
+    is below exp(-2^start c / scale), which is at least a = exp(-2^stop / scale). Words below
+    floor(a_low 2^64), a_low a rigorous lower bound of a, accept at once; the others (probability
+    about 2^stop / scale, below 2^-29 as stop <= j) are decided exactly against
+    :func:`~dpkit.noise._exact.exp_neg_interval`. A rejected draw takes a fresh c and U.
+
+    Also returns the lowest bit of each kept proposal word (never part of c): a fair bit independent
+    of C and of everything else drawn, since acceptance depends on the word's top bits only.
+    """
+    width = stop - start
+    floor_bound = exp_neg_interval(Fraction(1 << stop) / exact_scale)(64)[0]
+    cut = np.uint64(min((floor_bound.numerator << 64) // floor_bound.denominator, _TWO_64 - 1))
+    words = source.uint64(size)
+    chunk = (words >> np.uint64(64 - width)).astype(np.int64)
+    spare = (words & np.uint64(1)).astype(bool)
+    pending = np.arange(size)
+    while pending.size:
+        tests = source.uint64(pending.size)
+        accept = tests < cut
+        for index in np.flatnonzero(~accept):
+            exponent = Fraction(int(chunk[pending[index]]) << start) / exact_scale
+            accept[index] = LazyUniform(int(tests[index]), 64, source).less_than(exp_neg_interval(exponent))
+        pending = pending[~accept]
+        if pending.size:
+            words = source.uint64(pending.size)
+            chunk[pending] = (words >> np.uint64(64 - width)).astype(np.int64)
+            spare[pending] = (words & np.uint64(1)).astype(bool)
+    return chunk, spare
+
+
+def _fits_int64_result(values: NDArray[Any]) -> NDArray[Any]:
+    """Integers (int64 or object) as int64 when every one has magnitude below 2^62
+    (:data:`_INT64_RESULT_BITS`), else as an object array of Python integers. A function of the
+    values only (post-processing); the 2^62 bound leaves room to add another such int64 without
+    overflow."""
+    limit = 1 << _INT64_RESULT_BITS
+    if values.size and not (-limit < min(values.flat) and max(values.flat) < limit):
+        return values if values.dtype == object else values.astype(object)
+    return values.astype(np.int64) if values.dtype == object else values
+
+
+def _two_part(scale: float, bits: int, size: int, source: RandomSource) -> tuple[NDArray[Any], NDArray[np.bool_]]:
+    """G = 2^j H + L (j = ``bits`` >= 1) and a fair bit independent of G (see :func:`geometric_units`)."""
+    high = geometric(math.ldexp(scale, -bits), size, rng=source)
+    exact_scale = Fraction(scale)
+    n = high.size
+    chunks = []
+    spare = np.zeros(n, dtype=bool)
+    for start in range(0, bits, _CHUNK_BITS):
+        chunk, chunk_spare = _low_chunk(exact_scale, start, min(bits, start + _CHUNK_BITS), n, source)
+        chunks.append(chunk)
+        if start == 0:
+            spare = chunk_spare
+    headroom = _INT64_RESULT_BITS - bits
+    if len(chunks) == 1 and headroom >= 0 and (n == 0 or int(high.max()) < (1 << headroom)):
+        # H < 2^(62 - j) and L < 2^j: (H << j) | L = 2^j H + L < 2^62, exact in int64.
+        fast: NDArray[np.int64] = (high << np.int64(bits)) | chunks[0]
+        return fast, spare
+    # The same draws, assembled in Python integers.
+    total = high.astype(object) << bits
+    for index, chunk in enumerate(chunks):
+        total = total + (chunk.astype(object) << (index * _CHUNK_BITS))
+    return _fits_int64_result(total), spare
 
 
 def geometric_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
     """Exact one-sided geometric noise, P(G = m) = (1 - q) q^m with q = exp(-1/scale), for any scale.
 
-    Below 2^36 this is :func:`geometric` (int64, the same draws). Above, with j the smallest integer
-    with scale / 2^j < 2^36, G = 2^j H + L is drawn in two independent parts (Python integers, an
-    object array). For P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is
-    geometric with ratio q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`geometric` at the exact
-    float scale scale 2^-j; and q^l = prod_i q^(2^i b_i) over the bits b_i of l, so the bits are
-    independent with P(b_i = 1) = q^(2^i) / (1 + q^(2^i)) = 1 / (1 + exp(2^i / scale)), the
-    complement of an exact :func:`bernoulli_logistic` trial at 2^i / scale (taken as an exact
-    fraction). The law is exactly the geometric law of this scale: no rounding.
+    Below 2^30 this is :func:`geometric` (int64, the same draws). From 2^30 on, with j the smallest
+    integer with scale / 2^j < 2^30, G = 2^j H + L is drawn in two independent parts. For
+    P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is geometric with ratio
+    q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`geometric` at the exact float scale scale 2^-j
+    (below 2^30, where its exact fallback serves about 1 draw in 10^4), and L, independent of H, has
+    P(L = l) proportional to q^l on [0, 2^j). Likewise L's chunks of 62 bits are independent, each
+    with P(C = c) proportional to q^(2^start c): each is drawn by exact rejection from a uniform
+    proposal (:func:`_low_chunk`, acceptance above 1 - 2^-29). The law is exactly the geometric law
+    of this scale: no rounding.
+
+    The result is int64 when every draw is below 2^62 (always in practice up to scales near 2^56),
+    else an object array of Python integers: G = (H << j) | L is assembled in int64 when
+    max(H) < 2^(62 - j) (then G < 2^62, no overflow), otherwise in Python integers from the same
+    draws. The dtype is a function of the draws only.
 
     >>> from dpkit.noise import InsecureSeededRandom
-    >>> geometric_units(2.0, 5, InsecureSeededRandom(0)).tolist()  # below 2^36: geometric's draws
+    >>> geometric_units(2.0, 5, InsecureSeededRandom(0)).tolist()  # below 2^30: geometric's draws
     [0, 2, 6, 8, 0]
+    >>> geometric_units(2.0**40, 3, InsecureSeededRandom(0)).dtype
+    dtype('int64')
     >>> draws = geometric_units(2.0**70, 3, InsecureSeededRandom(0))
     >>> draws.dtype, all(isinstance(g, int) and g >= 0 for g in draws)
     (dtype('O'), True)
@@ -261,37 +348,43 @@ def geometric_units(scale: float, size: int, rng: RandomSource | None = None) ->
     bits = _split_bits(scale)
     if bits == 0:
         return geometric(scale, size, rng=source)
-    total = geometric(math.ldexp(scale, -bits), size, rng=source).astype(object) << bits
-    exact_scale = Fraction(scale)
-    for start in range(0, bits, _CHUNK_BITS):
-        chunk = np.zeros(size, dtype=np.int64)
-        for bit in range(start, min(bits, start + _CHUNK_BITS)):
-            ones = ~bernoulli_logistic(Fraction(1 << bit) / exact_scale, 1, size, rng=source)
-            chunk |= ones.astype(np.int64) << (bit - start)
-        total = total + (chunk.astype(object) << start)
-    result: NDArray[Any] = total
-    return result
+    return _two_part(scale, bits, size, source)[0]
 
 
 def discrete_laplace_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
     """Exact discrete Laplace noise, P(X = x) = (1 - q) / (1 + q) q^|x| with q = exp(-1/scale), for any scale.
 
-    Below 2^36 this is :func:`discrete_laplace` (int64, the same draws). Above, X = G - G' for two
-    independent draws of :func:`geometric_units` at this scale (Python integers): for x >= 0,
-    P(G - G' = x) = sum_m (1 - q)^2 q^(m + x) q^m = (1 - q)^2 q^x / (1 - q^2) = (1 - q) / (1 + q) q^x,
-    and the law is symmetric.
+    Below 2^30 this is :func:`discrete_laplace` (int64, the same draws). From 2^30 on, X = S G with
+    G drawn as in :func:`geometric_units` at this scale and S = +-1 the fair bit independent of G
+    that comes with it, the pair (S, G) = (-1, 0) rejected and both redrawn (probability
+    (1 - q) / 2, about 1 / (2 scale)). A kept pair gives x != 0 with probability (1 - q) q^|x| / 2
+    and x = 0 with (1 - q) / 2, both proportional to q^|x|: conditioned on acceptance, exactly the
+    discrete Laplace law. Each coordinate is the first accepted pair of its own independent sequence,
+    so coordinates stay independent. int64 when every |x| is below 2^62 (as for
+    :func:`geometric_units`), else Python integers.
 
     >>> from dpkit.noise import InsecureSeededRandom
-    >>> discrete_laplace_units(1.0, 6, InsecureSeededRandom(1)).tolist()  # below 2^36: discrete_laplace's draws
+    >>> discrete_laplace_units(1.0, 6, InsecureSeededRandom(1)).tolist()  # below 2^30: discrete_laplace's draws
     [-1, 0, -2, 0, -1, 1]
     >>> abs(int(discrete_laplace_units(2.0**90, 1, InsecureSeededRandom(1))[0])) < 2**110
     True
     """
     source = resolve_source(rng)
-    if _split_bits(scale) == 0:
+    bits = _split_bits(scale)
+    if bits == 0:
         return discrete_laplace(scale, size, rng=source)
-    difference: NDArray[Any] = geometric_units(scale, size, source) - geometric_units(scale, size, source)
-    return difference
+    magnitude, negative = _two_part(scale, bits, size, source)
+    redo = np.flatnonzero(negative & (magnitude == 0))
+    while redo.size:
+        again, again_negative = _two_part(scale, bits, redo.size, source)
+        if again.dtype == object and magnitude.dtype != object:
+            magnitude = magnitude.astype(object)
+        magnitude[redo] = again
+        negative[redo] = again_negative
+        redo = redo[again_negative & (again == 0)]
+    # |G| < 2^62 in int64, so -G cannot overflow; an object magnitude is checked for the int64 range.
+    signed: NDArray[Any] = np.where(negative, -magnitude, magnitude)
+    return _fits_int64_result(signed) if signed.dtype == object else signed
 
 
 # ---------------------------------------------------------------------------------------------
@@ -441,12 +534,14 @@ def discrete_gaussian(
 
     Canonne, Kamath & Steinke (2020), Algorithm 3: draw Y from the discrete Laplace law of
     scale t = floor(sigma) + 1 and keep it with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
-    Both steps are exact (see the module docstring), for every finite sigma > 0. Up to
-    sigma = 2^40 (:data:`MAX_SCALE`) Y comes from :func:`discrete_laplace`; beyond, from
-    :func:`discrete_laplace_units` (Python integers) and the acceptance exponent is an exact rational
-    (:func:`_discrete_gaussian_any_sigma`). The result is int64, or an object array of Python
-    integers when a draw leaves the int64 range (in practice from sigma ~ 2^58 on).
-    ``constant_time=True`` is available up to sigma = 2^40.
+    Both steps are exact (see the module docstring), for every finite sigma > 0. Below
+    sigma = 2^30 (and in constant-time mode, up to sigma = 2^40, :data:`MAX_SCALE`) Y comes from
+    :func:`discrete_laplace`; from 2^30 on, from :func:`discrete_laplace_units` (two exact parts:
+    the one-part sampler's exact fallback served 1 draw in 16 at sigma 2^39), with the acceptance
+    exponent bracketed against an exact rational (:func:`_discrete_gaussian_any_sigma`). Which
+    exact sampler of the same law serves which sigma changes the draws, never the law. The result
+    is int64, or an object array of Python integers when a draw leaves the int64 range (in practice
+    from sigma ~ 2^57 on). ``constant_time=True`` is available up to sigma = 2^40.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> discrete_gaussian(2.0, 6, rng=InsecureSeededRandom(4)).tolist()
@@ -458,11 +553,9 @@ def discrete_gaussian(
     sig = check_positive("sigma", sigma)
     n = _check_size(size)
     source = resolve_source(rng)
-    if sig > MAX_SCALE:
-        if constant_time:
-            raise InvalidParameterError(
-                "sigma", sigma, f"must be at most {MAX_SCALE:g} (2**40) with constant_time=True"
-            )
+    if sig > MAX_SCALE and constant_time:
+        raise InvalidParameterError("sigma", sigma, f"must be at most {MAX_SCALE:g} (2**40) with constant_time=True")
+    if sig > MAX_SCALE or (not constant_time and sig >= math.ldexp(1.0, _FAST_SCALE_BITS)):
         return _discrete_gaussian_any_sigma(sig, n, source)
     # Any integer t >= 1 gives the exact law (the acceptance cancels Y's e^{-|y|/t}); floor(sigma) + 1
     # keeps acceptance high, capped at the discrete Laplace sampler's largest scale (sigma up to 2**40).
@@ -531,7 +624,7 @@ def _fit_int64(values: NDArray[Any]) -> NDArray[Any]:
 
 
 def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> NDArray[Any]:
-    """CKS Algorithm 3 for sigma > 2^40: exact at any finite sigma, in Python integers.
+    """CKS Algorithm 3 for sigma >= 2^30 (outside constant-time mode): exact at any finite sigma.
 
     The proposal Y is discrete Laplace of scale t (P(Y = y) proportional to e^{-|y|/t}) and Y is kept
     with probability exp(-gamma), gamma = (|y| - sigma^2/t)^2 / (2 sigma^2). Since
@@ -545,13 +638,16 @@ def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> ND
     against the exact rational gamma, from sigma and t taken as the exact binary values of the floats.
     Acceptance probability: (1 - q) / (1 + q) e^{-sigma^2 / (2 t^2)} sum_y e^{-y^2 / (2 sigma^2)}
     with q = e^{-1/t}, which tends to sqrt(pi / 2) e^{-1/2} = 0.760 (1.32 proposals per draw).
+    Proposals and output are int64 while the proposals are (every |y| below 2^62, so |y| and the
+    kept values fit; an int64 |y| converts to float64 with one correct rounding, as a Python integer
+    does), Python integers otherwise; the output is int64 when every kept value fits.
     """
     t = float(math.floor(sig) + 1)
     sigma_exact = Fraction(sig)
     two_sigma_sq_exact = 2 * sigma_exact * sigma_exact
     shift_exact = sigma_exact * sigma_exact / Fraction(t)
     ratio = sig / t  # sigma^2 / t in units of sigma (relative error 2^-53)
-    out = np.empty(n, dtype=object)
+    out: NDArray[Any] = np.empty(n, dtype=np.int64)
     filled = 0
     acceptance = 0.75
     while filled < n:
@@ -578,6 +674,8 @@ def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> ND
 
         accept = _accept_below_exp(source.uint64(batch), gamma, gamma_error, exact_gamma, source)
         kept = candidates[accept][:wanted]
+        if kept.dtype == object and out.dtype != object:
+            out = out.astype(object)  # a proposal left int64: Python integers from here on
         out[filled : filled + kept.size] = kept
         filled += kept.size
         acceptance = max(0.05, float(accept.mean()))

@@ -235,10 +235,15 @@ def test_zcdp_and_gaussian_budgets(people):
     s = session(people, budget=dpkit.ZCDP(1.0))
     query = s.table().group_by("region", keys=REGIONS).agg(n=E.count(), t=E.sum("income", bounds=(0, 1e5)))
     with pytest.raises(InvalidParameterError, match="rho"):
-        query.release(epsilon=1.0)
+        query.release(epsilon=1.0, rho=0.1)
     result = query.release(rho=0.25, rng=InsecureSeededRandom(0))
     assert result.guarantee == dpkit.ZCDP(0.25)
     assert s.remaining == dpkit.ZCDP(0.75)
+    # epsilon= spends Laplace noise, charged rho = epsilon^2 / 2 (Bun & Steinke 2016, Prop. 1.4).
+    laplace = query.release(epsilon=0.5, rng=InsecureSeededRandom(1))
+    assert laplace.guarantee == dpkit.PureDP(0.5)
+    assert laplace.budget_split[0]["mechanism"] == "DiscreteLaplace"
+    assert s.remaining == dpkit.ZCDP(0.625)
     approx = session(people)
     gaussian = approx.table().group_by("region", keys=REGIONS).agg(n=E.count())
     released = gaussian.release(epsilon=1.0, delta=1e-6, mechanism="gaussian", rng=InsecureSeededRandom(0))
@@ -570,7 +575,8 @@ def test_an_approximate_zcdp_budget_gives_selection_the_whole_delta_and_charges_
 @pytest.mark.parametrize(
     ("cost", "name"),
     [
-        ({"epsilon": 0.1, "rho": 0.01}, "epsilon"),
+        ({"epsilon": 0.1, "rho": 0.01}, "rho"),
+        ({"epsilon": 0.1, "mechanism": "gaussian"}, "mechanism"),
         ({"delta": 1e-7}, "rho"),
         ({"rho": 0.01, "delta": 1e-7, "mechanism": "laplace"}, "mechanism"),
         ({"accuracy": 10.0}, "accuracy"),

@@ -42,7 +42,15 @@ import numpy as np
 from numpy.typing import NDArray
 
 from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
-from dpkit._validation import as_fraction, check_delta, check_epsilon, check_integer, check_positive, check_probability
+from dpkit._validation import (
+    as_fraction,
+    check_delta,
+    check_epsilon,
+    check_integer,
+    check_positive,
+    check_probability,
+    warn_if_risky,
+)
 from dpkit.engine._aggregation import AggregationPlan, Histogram, Moment, chooses_groups, decimal_scale
 from dpkit.engine._backends import ColumnInfo
 from dpkit.engine._plan import (
@@ -142,7 +150,12 @@ def parse_request(
     alpha: Any = 0.05,
     mechanism: Any = "auto",
 ) -> Request:
-    """Check the cost arguments of a query against the kind of budget (before any data is read)."""
+    """Check the cost arguments of a query against the kind of budget (before any data is read).
+
+    A zCDP or approximate zCDP budget is spent with ``rho=`` (Gaussian noise) or with ``epsilon=``
+    (Laplace noise, pure DP, charged rho = epsilon^2 / 2: Bun & Steinke 2016, Prop. 1.4). A query
+    epsilon above 5 warns (PrivacyWarning): legal but weak.
+    """
     level = check_probability("alpha", alpha, open_low=True, open_high=True)
     if mechanism not in ("auto", "laplace", "gaussian"):
         raise InvalidParameterError("mechanism", mechanism, "must be 'auto', 'laplace' or 'gaussian'")
@@ -150,37 +163,31 @@ def parse_request(
     if accuracy is not None:
         if epsilon is not None or rho is not None:
             raise InvalidParameterError("accuracy", accuracy, "give either accuracy or epsilon/rho, not both")
-        if isinstance(budget, ZCDP | ApproxZCDP) or mechanism == "gaussian":
+        if mechanism == "gaussian":
             raise InvalidParameterError(
-                "accuracy",
-                accuracy,
-                "accuracy targets use Laplace noise: zCDP budgets and mechanism='gaussian' take none",
+                "accuracy", accuracy, "accuracy targets use Laplace noise: mechanism='gaussian' takes none"
             )
-        if isinstance(budget, PureDP) and dlt > 0:
-            raise InvalidParameterError("delta", delta, "must be 0 with a pure-DP budget")
+        if isinstance(budget, PureDP | ZCDP) and dlt > 0:
+            raise InvalidParameterError("delta", delta, f"must be 0 with a {type(budget).__name__} budget")
         if isinstance(accuracy, Mapping):
             targets = {str(k): check_positive(f"accuracy[{k!r}]", v) for k, v in accuracy.items()}
             return Request("laplace", None, dlt, None, targets, level)
         return Request("laplace", None, dlt, None, check_positive("accuracy", accuracy), level)
+    if isinstance(budget, ZCDP | ApproxZCDP) and epsilon is not None:
+        return _laplace_in_zcdp(budget, epsilon, dlt, rho, mechanism, level)
     if isinstance(budget, ZCDP):
-        if epsilon is not None:
-            raise InvalidParameterError("epsilon", epsilon, "a zCDP budget is spent with rho=..., not epsilon/delta")
         if dlt != 0:
             raise InvalidParameterError("delta", delta, "must be 0 (or omitted) with a zCDP budget")
         if rho is None:
-            raise InvalidParameterError("rho", rho, "give rho (> 0) for a zCDP budget")
+            raise InvalidParameterError("rho", rho, "give rho (> 0) for Gaussian noise, or epsilon (> 0) for Laplace")
         if mechanism == "laplace":
-            raise InvalidParameterError("mechanism", mechanism, "a zCDP budget uses Gaussian noise")
+            raise InvalidParameterError("mechanism", mechanism, "Laplace noise is spent with epsilon=..., not rho")
         return Request("gaussian", None, Fraction(0), as_fraction(check_positive("rho", rho)), None, level)
     if isinstance(budget, ApproxZCDP):
-        if epsilon is not None:
-            raise InvalidParameterError(
-                "epsilon", epsilon, "an ApproxZCDP budget is spent with rho=... (and delta=... for private keys)"
-            )
         if rho is None:
-            raise InvalidParameterError("rho", rho, "give rho (> 0) for an ApproxZCDP budget")
+            raise InvalidParameterError("rho", rho, "give rho (> 0) for Gaussian noise, or epsilon (> 0) for Laplace")
         if mechanism == "laplace":
-            raise InvalidParameterError("mechanism", mechanism, "an ApproxZCDP budget uses Gaussian noise")
+            raise InvalidParameterError("mechanism", mechanism, "Laplace noise is spent with epsilon=..., not rho")
         return Request("gaussian", None, dlt, as_fraction(check_positive("rho", rho)), None, level)
     if rho is not None:
         raise InvalidParameterError("rho", rho, f"rho spends a zCDP budget; this session's budget is {budget}")
@@ -191,7 +198,23 @@ def parse_request(
         raise InvalidParameterError("delta", delta, "must be 0 with a pure-DP budget")
     if mechanism == "gaussian" and dlt == 0:
         raise InvalidParameterError("delta", delta, "Gaussian noise needs delta > 0")
+    warn_if_risky(float(eps))
     return Request("gaussian" if mechanism == "gaussian" else "laplace", eps, dlt, None, None, level)
+
+
+def _laplace_in_zcdp(budget: Guarantee, epsilon: Any, dlt: Fraction, rho: Any, mechanism: str, level: float) -> Request:
+    """``epsilon=`` with a (approximate) zCDP budget: Laplace noise, charged rho = epsilon^2 / 2 by the ledger."""
+    if rho is not None:
+        raise InvalidParameterError("rho", rho, "give rho (Gaussian noise) or epsilon (Laplace noise), not both")
+    if mechanism == "gaussian":
+        raise InvalidParameterError(
+            "mechanism", mechanism, "Gaussian noise under a zCDP budget is spent with rho=..., not epsilon"
+        )
+    eps = as_fraction(check_epsilon(epsilon))
+    if isinstance(budget, ZCDP) and dlt != 0:
+        raise InvalidParameterError("delta", float(dlt), "must be 0 (or omitted) with a ZCDP budget")
+    warn_if_risky(float(eps))
+    return Request("laplace", eps, dlt, None, None, level)
 
 
 # -- the compiled query -------------------------------------------------------------------------
@@ -406,7 +429,8 @@ class CompiledQuery:
                 pure += as_fraction(selector.epsilon)
         cost = self.cost
         if isinstance(cost, ApproxZCDP):
-            ok = rho <= cost.rho_exact and pure == 0 and self.selection_delta <= cost.delta_exact
+            as_rho = rho + (PureDP(pure).to_zcdp().rho_exact if pure > 0 else Fraction(0))  # type: ignore[arg-type]
+            ok = as_rho <= cost.rho_exact and (pure == 0 or rho == 0) and self.selection_delta <= cost.delta_exact
         elif isinstance(cost, ZCDP):
             ok = rho <= cost.rho_exact and pure == 0
         elif self.request.mode == "laplace":
@@ -1211,6 +1235,10 @@ def compile_query(
             weights[f"auto:{column}"] = 1.0
     selection = not query.public_keys
     selection_key = "persons"
+    if request.accuracy is not None and (selection or any(v == AUTO for v in resolved.values())):
+        raise InvalidParameterError(
+            "accuracy", request.accuracy, "accuracy targets need public keys and explicit bounds"
+        )
     if selection:
         if isinstance(context.budget, ZCDP) or request.delta == 0:
             raise InvalidParameterError(
@@ -1225,10 +1253,6 @@ def compile_query(
             selection_key = "rows"  # threshold the released COUNT itself: no separate share
         else:
             weights.setdefault("persons", 1.0)
-    if request.accuracy is not None and (selection or any(v == AUTO for v in resolved.values())):
-        raise InvalidParameterError(
-            "accuracy", request.accuracy, "accuracy targets need public keys and explicit bounds"
-        )
     # The sums of count(column)'s 0/1 columns, each with the column it counts (for its label).
     counted = {
         f"sum:{nonnull_column(a.column)}": a.column for _, a in query.aggregates if a.kind == "count" and a.column
@@ -1285,6 +1309,7 @@ def _allocate(
     if request.accuracy is not None:
         shares = _accuracy_shares(statistics, query, request, contribution, groups_bound, resolved)
         epsilon = sum(shares.values(), Fraction(0))
+        warn_if_risky(float(epsilon))  # the epsilon the accuracy target asked for
         cost: Guarantee = PureDP(epsilon, relation)  # type: ignore[arg-type]
         if isinstance(context.budget, ApproxDP):
             cost = ApproxDP(epsilon, Fraction(0), relation)  # type: ignore[arg-type]
@@ -1297,8 +1322,13 @@ def _allocate(
         # Laplace noise is pure DP: delta pays for private key selection only, and is not
         # charged when the keys are public (the query then costs (epsilon, 0)).
         selection_delta = request.delta if selection else Fraction(0)
-        if isinstance(context.budget, PureDP):
-            cost = PureDP(eps, relation)  # type: ignore[arg-type]
+        if isinstance(context.budget, PureDP | ZCDP) or (isinstance(context.budget, ApproxZCDP) and not selection):
+            cost = PureDP(eps, relation)  # type: ignore[arg-type]  # (a zCDP ledger charges eps^2 / 2)
+        elif isinstance(context.budget, ApproxZCDP):
+            # Thresholded selection with Laplace noise is delta-approximately (eps^2 / 2)-zCDP: outside
+            # the event (probability <= delta) that a group of the added person alone is released,
+            # the release is the pure eps-DP one (its other groups' noise is independent of that event).
+            cost = ApproxZCDP(PureDP(eps).to_zcdp().rho_exact, selection_delta, relation)  # type: ignore[arg-type]
         else:
             cost = ApproxDP(eps, selection_delta, relation)  # type: ignore[arg-type]
         return shares, selection_epsilon, Fraction(0), selection_delta, cost

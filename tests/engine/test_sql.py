@@ -258,7 +258,6 @@ REFUSED: list[tuple[str, str]] = [
     ("SELECT income FROM people", "SELECT"),
     ("SELECT region FROM people GROUP BY region", "SELECT"),
     ("SELECT sex, COUNT(*) FROM people GROUP BY region", "SELECT"),
-    ("SELECT region AS r, COUNT(*) FROM people GROUP BY region", "SELECT"),
     ("SELECT UPPER(region), COUNT(*) FROM people GROUP BY region", "SELECT"),
     ("SELECT 1, COUNT(*) FROM people", "SELECT"),
     ("SELECT COUNT(*) AS n, SUM(income) AS n FROM people", "SELECT"),

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -127,13 +128,12 @@ def _row_expression(condition: object, parameter: str, place: str) -> str:
                     parameter, condition, "ROUND, CEIL and FLOOR take a fixed number of digits between -38 and 38"
                 )
         if type(node).__name__ not in ALLOWED_IN_WHERE:
-            name = node.name if isinstance(node, exp.Anonymous) else type(node).__name__
             raise InvalidParameterError(
                 parameter,
                 condition,
-                f"{name!s} is not allowed in {place} (it may use comparisons, AND/OR/NOT, IN, "
+                f"{_refused_name(node)} is not allowed in {place} (it may use comparisons, AND/OR/NOT, IN, "
                 "BETWEEN, LIKE, IS NULL, arithmetic, CAST, CASE, COALESCE and simple string, math and "
-                "date functions): a function that can fail, call out or run long on one row would reveal it",
+                f"date functions): {_refusal_reason(node)}",
             )
     for node in list(tree.find_all(exp.Log)):
         base = node.this if node.expression is not None else None
@@ -145,6 +145,36 @@ def _row_expression(condition: object, parameter: str, place: str) -> str:
             tree = own if node is tree else tree
             node.replace(own)
     return tree.sql(dialect="duckdb")
+
+
+_FUNCTION_TEXT = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(\(?)")
+#: Why a function that looks harmless is refused, and what to write instead (both engines agree on it).
+_REFUSAL_REASONS = {
+    "IsNan": "Spark's isnan(NULL) is false where DuckDB's is NULL, so NOT isnan(x) differs; write "
+    "x = CAST('NaN' AS DOUBLE) (NaN equals NaN in both engines)",
+    "IsInf": "Spark has no isinf; write x IN (CAST('Infinity' AS DOUBLE), CAST('-Infinity' AS DOUBLE))",
+}
+
+
+def _refused_name(node: exp.Expr) -> str:
+    """How a refusal names a node outside the allowlist: the function as the SQL calls it
+    (``the function random()``), else the expression's own text (``the expression age << 2``),
+    never sqlglot's class name."""
+    text = node.sql(dialect="duckdb")
+    if isinstance(node, exp.Func):
+        match = _FUNCTION_TEXT.fullmatch(text) or _FUNCTION_TEXT.match(text)
+        if match is not None and (match.group(2) or match.end() == len(text)):
+            return f"the function {match.group(1).lower()}{'()' if match.group(2) else ''}"
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"the expression {text}"
+
+
+def _refusal_reason(node: exp.Expr) -> str:
+    return _REFUSAL_REASONS.get(
+        type(node).__name__,
+        "a function that can fail, call out or run long on one row would reveal it",
+    )
 
 
 _TEMPORAL = ("DATE", "TIME", "INTERVAL")  # DATE, DATETIME, TIME, TIMESTAMP..., INTERVAL
@@ -319,7 +349,23 @@ class QueryBuilder:
         self, *columns: str | Bin, keys: object = None, bins: Mapping[str, Sequence[float]] | None = None
     ) -> QueryBuilder:
         """Group by columns (and binned columns). ``keys`` makes the key set public (see ``normalise_keys``);
-        without it the keys are private and selected with thresholded partition selection."""
+        without it the keys are private and selected with thresholded partition selection.
+
+        A query is grouped once: a second ``group_by`` (or :meth:`histogram`) is refused, since it
+        would drop the first one's columns and keys; give every group column, and the keys of all,
+        in one call (``group_by("a", "b", keys={"a": [...], "b": [...]})``).
+
+        >>> QueryBuilder(None, "people").group_by("region").group_by("age")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        dpkit._errors.InvalidParameterError: group_by: got ('age',); the query is grouped by region already: ...
+        """
+        if self._plan.group_by:
+            raise InvalidParameterError(
+                "group_by",
+                tuple(c.name if isinstance(c, Bin) else c for c in columns) + tuple(f"{c}_bin" for c in bins or {}),
+                f"the query is grouped by {', '.join(self._plan.group_names)} already: give every group column "
+                "(and the keys of all) in one group_by call",
+            )
         groups: list[GroupKey] = []
         for column in columns:
             if isinstance(column, Bin):
@@ -344,12 +390,33 @@ class QueryBuilder:
 
         return self.group_by(Bin(column, tuple(bins))).agg(count=count())
 
-    def bound(self, rows_per_group: int = 1, groups_per_person: int = 1) -> QueryBuilder:
-        """Per-person contribution limits (shown in the result; defaults 1 and 1)."""
-        return self._with(contribution=Contribution(rows_per_group, groups_per_person))
+    def bound(self, rows_per_group: int | None = None, groups_per_person: int | None = None) -> QueryBuilder:
+        """Per-person contribution limits (shown in the result). A limit not given keeps the one an
+        earlier ``bound`` set, else 1: ``.bound(rows_per_group=3).bound(groups_per_person=2)``
+        bounds both. Without any ``bound`` the session's ``contribution`` applies.
+
+        >>> QueryBuilder(None, "people").bound(rows_per_group=3).bound(groups_per_person=2).plan.contribution
+        Contribution(rows_per_group=3, groups_per_person=2)
+        """
+        earlier = self._plan.contribution or Contribution()
+        return self._with(
+            contribution=Contribution(
+                earlier.rows_per_group if rows_per_group is None else rows_per_group,
+                earlier.groups_per_person if groups_per_person is None else groups_per_person,
+            )
+        )
 
     def agg(self, **aggregates: Aggregate) -> QueryBuilder:
-        """Name the statistics to release: ``agg(n=count(), income=sum("income", bounds=(0, 1e5)))``."""
+        """Name the statistics to release: ``agg(n=count(), income=sum("income", bounds=(0, 1e5)))``.
+
+        A second ``agg`` adds its statistics to the first's; a name given before (matched without
+        case, as result columns are) is refused rather than silently replaced.
+
+        >>> from dpkit import engine as E
+        >>> QueryBuilder(None, "people").agg(n=E.count()).agg(N=E.count_distinct())  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        dpkit._errors.InvalidParameterError: aggregates: got 'N'; names an aggregate already named 'n' ...
+        """
         if not aggregates:
             raise InvalidParameterError("aggregates", aggregates, "give at least one named aggregate")
         for name, aggregate in aggregates.items():
@@ -357,9 +424,17 @@ class QueryBuilder:
                 raise InvalidParameterError(
                     name, aggregate, "must be an aggregate from dpkit.engine (count(), sum(...))"
                 )
-        merged = dict(self._plan.aggregates)
-        merged.update(aggregates)
-        return self._with(aggregates=tuple(merged.items()))
+        earlier = {name.casefold(): name for name, _ in self._plan.aggregates}
+        given: dict[str, str] = {}
+        for name in aggregates:
+            if name.casefold() in earlier or name.casefold() in given:
+                other = earlier.get(name.casefold()) or given[name.casefold()]
+                where = " (by an earlier agg)" if name.casefold() in earlier else ""
+                raise InvalidParameterError(
+                    "aggregates", name, f"names an aggregate already named {other!r}{where}: choose another name"
+                )
+            given[name.casefold()] = name
+        return self._with(aggregates=(*self._plan.aggregates, *aggregates.items()))
 
     def having(self, condition: str) -> QueryBuilder:
         """Keep the released rows where ``condition`` holds, a SQL expression over the result's
@@ -376,7 +451,8 @@ class QueryBuilder:
     def order_by(self, *columns: str | OrderBy, descending: bool = False, nulls_first: bool = False) -> QueryBuilder:
         """Sort the released rows by result columns (group columns, aggregate values or interval ends);
         ``descending`` and ``nulls_first`` apply to the names given as text (an :class:`OrderBy`
-        carries its own). Post-processing of the noisy table: no cost. Replaces an earlier order.
+        carries its own). Post-processing of the noisy table: no cost. A second ``order_by`` replaces
+        the first (as a second sort does in pandas and Polars): give every sort column in one call.
 
         >>> from dpkit import engine as E
         >>> plan = QueryBuilder(None, "people").order_by("n", E.OrderBy("region")).plan
@@ -392,7 +468,8 @@ class QueryBuilder:
 
     def limit(self, count: int | None, offset: int = 0) -> QueryBuilder:
         """Keep ``count`` released rows (None: all) after skipping ``offset``, in the result's order
-        (:meth:`order_by`, else the keys' order). Post-processing of the noisy table: no cost."""
+        (:meth:`order_by`, else the keys' order). Post-processing of the noisy table: no cost. A
+        second ``limit`` replaces the first (SQL has one LIMIT)."""
         checked = None if count is None else check_integer("count", count, minimum=0)
         return self._with(limit=checked, offset=check_integer("offset", offset, minimum=0))
 

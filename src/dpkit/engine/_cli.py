@@ -368,7 +368,20 @@ _OPTION_OF = {
     "backend": "--backend",
     "memory_limit": "--memory-limit",
     "source": "DATA",
+    "types": "--types",
 }
+
+
+def _indexed_option(name: str) -> str | None:
+    """The option of a parameter named with its column, ``bounds['income']`` or ``types['pid']``:
+    ``--bounds income`` or ``--types pid``, as the option is written on the command line."""
+    for parameter in ("bounds", "types"):
+        if name == parameter or name.startswith(parameter + "["):
+            column = name[len(parameter) :].strip("[]")
+            if len(column) >= 2 and column[0] == column[-1] and column[0] in "'\"":
+                column = column[1:-1]
+            return f"--{parameter} {column}".rstrip()
+    return None
 
 
 def run_query(args: argparse.Namespace) -> int:
@@ -387,7 +400,7 @@ def run_query(args: argparse.Namespace) -> int:
                 f"column {error.value!r} needs clamping bounds: pass --bounds {error.value}=LOW:HIGH "
                 f"(or {error.value}=auto to estimate them privately, charged)",
             ) from None
-        option = _OPTION_OF.get(error.name) or ("--bounds" if error.name.startswith("bounds") else None)
+        option = _OPTION_OF.get(error.name) or _indexed_option(error.name)
         if option is None:
             raise
         raise InvalidParameterError(option, error.value, error.allowed) from None

@@ -168,7 +168,8 @@ def parse_request(
                 "accuracy", accuracy, "accuracy targets use Laplace noise: mechanism='gaussian' takes none"
             )
         if isinstance(budget, PureDP | ZCDP) and dlt > 0:
-            raise InvalidParameterError("delta", delta, f"must be 0 with a {type(budget).__name__} budget")
+            kind = "pure-DP" if isinstance(budget, PureDP) else "zCDP"
+            raise InvalidParameterError("delta", delta, f"must be 0 with a {kind} budget")
         if isinstance(accuracy, Mapping):
             targets = {str(k): check_positive(f"accuracy[{k!r}]", v) for k, v in accuracy.items()}
             return Request("laplace", None, dlt, None, targets, level)

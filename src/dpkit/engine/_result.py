@@ -16,7 +16,7 @@ import numpy as np
 from dpkit.engine._plan import Contribution
 from dpkit.guarantees import Guarantee
 
-__all__ = ["Preview", "Result", "json_value", "keep_rows"]
+__all__ = ["Preview", "Result", "arrow_table", "expression_types", "json_value", "keep_rows"]
 
 
 def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
@@ -265,7 +265,8 @@ def _column_types(columns: Mapping[str, Any], group_types: Mapping[str, str]) ->
     return {name: _arrow_type(group_types[name]) if name in group_types else pa.float64() for name in columns}
 
 
-def _arrow_table(columns: Mapping[str, list[Any]], group_types: Mapping[str, str]) -> Any:
+def arrow_table(columns: Mapping[str, list[Any]], group_types: Mapping[str, str]) -> Any:
+    """``columns`` as a pyarrow Table, typed by ``group_types`` (see :func:`_column_types`)."""
     import pyarrow as pa
 
     types = _column_types(columns, group_types)
@@ -293,7 +294,7 @@ def keep_rows(
     import duckdb
     import pyarrow as pa
 
-    table = _arrow_table(columns, group_types)
+    table = arrow_table(columns, group_types)
     count = table.num_rows
     table = table.append_column("__dpkit_row", pa.array(range(count), pa.int64()))
     condition = " AND ".join(f"({c})" for c in having)
@@ -308,6 +309,30 @@ def keep_rows(
         connection.close()
     rows = [row for (row,) in kept]
     return {name: [values[i] for i in rows] for name, values in columns.items()}
+
+
+def expression_types(columns: Iterable[str], group_types: Mapping[str, str], expressions: Iterable[str]) -> list[str]:
+    """DuckDB's type of each SQL expression over the result's columns (``typeof``), bound on one
+    row of typed NULLs (no released value is read): the session refuses a HAVING condition that is
+    not BOOLEAN before the debit, since DuckDB would cast its value to BOOLEAN row by row.
+
+    >>> expression_types(["region", "n"], {"region": "VARCHAR"}, ['"n" > 10', '"region"', '"n" - 1'])
+    ['BOOLEAN', 'VARCHAR', 'DOUBLE']
+    """
+    import duckdb
+
+    texts = list(expressions)
+    if not texts:
+        return []
+    table = arrow_table({name: [None] for name in columns}, group_types)
+    selected = ", ".join(f"typeof({text})" for text in texts)
+    connection = duckdb.connect(":memory:", config={"enable_external_access": False})
+    try:
+        connection.register("__dpkit_released", table)
+        row = connection.execute(f"SELECT {selected} FROM __dpkit_released").fetchone()
+    finally:
+        connection.close()
+    return [str(kind) for kind in (row or ())]
 
 
 @dataclass(frozen=True)
@@ -360,7 +385,7 @@ class Result:
 
     def to_arrow(self) -> Any:
         """The result as a pyarrow Table (its schema comes from the column types; see ``group_types``)."""
-        return _arrow_table(self.columns, self.group_types)
+        return arrow_table(self.columns, self.group_types)
 
     def to_pandas(self) -> Any:
         """The result as a pandas DataFrame (a copy: changing it leaves the result as released).

@@ -35,7 +35,7 @@ from dpkit.engine._csv import TypedCsv, csv_header, matching_files, typed_csv_sp
 from dpkit.engine._execute import combine, describe, dry_run, execute, postprocess, selection_entry, statistic_label
 from dpkit.engine._ledger import Ledger
 from dpkit.engine._plan import Contribution, Query, arrange, check_bounds_mapping, spelling_resolver
-from dpkit.engine._result import Preview, Result, keep_rows
+from dpkit.engine._result import Preview, Result, arrow_table, expression_types, keep_rows
 from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, Guarantee, NeighbourRelation, PureDP
 from dpkit.noise import RandomSource, resolve_source
 
@@ -47,6 +47,14 @@ _ADD_REMOVE_ONLY = (
     "calibrates every release to that relation; a replace-one budget would need the sensitivities "
     "of a replacement (a replace-one guarantee follows from add/remove by group privacy for 2)"
 )
+
+
+#: Arguments of SQL text that a built query states in its plan: (the builder's step, the Query's field).
+_PLAN_ARGUMENTS = {
+    "keys": (".group_by(..., keys=[...])", "dataclasses.replace(query, keys=...)"),
+    "rows_per_group": (".bound(rows_per_group=...)", "contribution=Contribution(rows_per_group=...)"),
+    "groups_per_person": (".bound(groups_per_person=...)", "contribution=Contribution(groups_per_person=...)"),
+}
 
 
 def _check_budget(budget: object) -> Guarantee | None:
@@ -170,9 +178,7 @@ class Session:
                 "privacy_unit", privacy_unit, f"is not a column of {name!r}; columns: {', '.join(self._columns)}"
             )
         self._ledger = (
-            ledger
-            if isinstance(ledger, Ledger)
-            else Ledger(ledger, checked_budget, analyst=analyst, anchor=ledger_anchor)
+            ledger if isinstance(ledger, Ledger) else _open_ledger(ledger, checked_budget, analyst, ledger_anchor)
         )
         if self._ledger.budget.neighbours is not NeighbourRelation.ADD_REMOVE:  # a ledger file's own budget
             stored = self._ledger.budget
@@ -299,11 +305,12 @@ class Session:
     # -- queries -------------------------------------------------------------------------------------
 
     def table(self, name: str | None = None) -> QueryBuilder:
-        """Start a Python query on the private table: ``session.table("people").where(...).agg(...)``."""
-        table = name or self._name
-        if table != self._name:
+        """Start a Python query on the private table: ``session.table("people").where(...).agg(...)``.
+
+        ``name`` (default: the private table's) is matched without case, as SQL's ``FROM`` is."""
+        if name and (not isinstance(name, str) or name.casefold() != self._name.casefold()):
             raise InvalidParameterError("name", name, f"the private table of this session is {self._name!r}")
-        return QueryBuilder(self, table)
+        return QueryBuilder(self, self._name)
 
     def sql(
         self,
@@ -374,11 +381,21 @@ class Session:
             raise InvalidParameterError("query", query, "must be a QueryBuilder, a Query or SQL text")
         bounds = cost.pop("bounds", None)
         allowed = {"epsilon", "delta", "rho", "accuracy", "alpha", "mechanism"}
-        unknown = set(cost) - allowed
+        for name, (step, field) in _PLAN_ARGUMENTS.items():
+            if name in cost and cost[name] is None:
+                del cost[name]  # (not given)
+            elif name in cost:  # the keys and limits of a built query are steps of its builder
+                where = f"the builder: {step}" if isinstance(query, QueryBuilder) else f"the Query: {field}"
+                raise InvalidParameterError(
+                    name,
+                    cost[name],
+                    f"is an argument for SQL text (session.sql(text, {name}=...)); a built query takes it from {where}",
+                )
+        unknown = sorted(set(cost) - allowed)
         if unknown:
             raise InvalidParameterError(
-                ", ".join(sorted(unknown)),
-                None,
+                ", ".join(unknown),
+                cost[unknown[0]] if len(unknown) == 1 else {name: cost[name] for name in unknown},
                 f"unknown argument; allowed: {', '.join(sorted(allowed | {'bounds', 'rng'}))}",
             )
         request = parse_request(self._ledger.budget, **cost)
@@ -458,10 +475,12 @@ class Session:
         """Spend the query's cost from the ledger, then run it and release noisy answers.
 
         ``cost``: ``epsilon`` (and ``delta``) for PureDP/ApproxDP budgets, ``rho`` for zCDP,
-        ``rho`` and ``delta`` for ApproxZCDP (delta is charged only when private keys select), or
-        ``accuracy`` (a half-width, or a mapping aggregate -> half-width, at ``alpha``) instead of
-        epsilon; ``alpha`` (default 0.05) for the intervals; ``bounds`` per column;
-        ``mechanism`` ("auto", "laplace", "gaussian"). ``rng`` is for tests only.
+        ``rho`` and ``delta`` for ApproxZCDP (delta is charged only when private keys select);
+        under a zCDP or ApproxZCDP budget ``epsilon`` (with ``delta`` for private keys) spends
+        Laplace noise, charged rho = epsilon^2 / 2; or ``accuracy`` (a half-width, or a mapping
+        aggregate -> half-width, at ``alpha``) instead of epsilon; ``alpha`` (default 0.05) for the
+        intervals; ``bounds`` per column; ``mechanism`` ("auto", "laplace", "gaussian"). ``rng`` is
+        for tests only.
 
         Raises BudgetExceededError (nothing spent) when the cost does not fit the remaining
         budget, InvalidParameterError for bad input (nothing spent, no data read).
@@ -568,19 +587,114 @@ class Session:
 
 
 def _bind_having(compiled: CompiledQuery) -> None:
-    """Run the HAVING conditions on one row of NULLs with the result's columns and types, so a
-    condition DuckDB cannot bind or fold (a column compared with text of another type, ``n > 'abc'``)
-    is refused here, before the debit, rather than after the release."""
+    """Check the HAVING conditions before the debit, on no released value.
+
+    They are run on one row of NULLs with the result's columns and types, so a condition DuckDB
+    cannot bind or fold (a column compared with text of another type, ``n > 'abc'``) is refused
+    here; every condition, and every operand of its AND, OR, NOT and CASE WHEN, must be BOOLEAN
+    (DuckDB would cast a text or number to BOOLEAN row by row: ``HAVING region`` failed on the
+    released key 'North', ``HAVING n - 752`` dropped the groups whose noisy count was 752); and
+    with public keys, the conditions are run on the keys (every released value NULL), so a cast
+    of a key that does not convert is refused before anything is spent. What can still fail is a
+    condition on a released value (an overflow): the session then raises PostProcessingError,
+    whose ``result`` is the whole release."""
     query = compiled.query
     if not query.having:
         return
+    shown = " AND ".join(_shown_condition(condition) for condition in query.having)
+    nulls = {name: [None] for name in query.result_columns}
     try:
-        keep_rows({name: [None] for name in query.result_columns}, compiled.group_types, query.having)
+        keep_rows(nulls, compiled.group_types, query.having)
+        checks = [check for condition in query.having for check in _truth_operands(condition)]
+        kinds = expression_types(query.result_columns, compiled.group_types, [text for text, _ in checks])
     except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
         reason = first_line(error)
+        raise InvalidParameterError("having", shown, f"cannot be evaluated on the result ({reason})") from None
+    for (_, display), kind in zip(checks, kinds, strict=True):
+        if kind.upper() not in ("BOOLEAN", '"NULL"', "NULL"):
+            raise InvalidParameterError(
+                "having",
+                shown,
+                f"the condition {display} is {kind}, not BOOLEAN (compare it: x = ..., x > ..., x IS NOT NULL); "
+                "HAVING filters the released rows on conditions that are true or false",
+            )
+    keys = query.keys
+    if keys is None or not query.group_by:
+        return
+    names = query.group_names
+    rows = {name: [key[i] for key in keys] for i, name in enumerate(names)}
+    rows.update({name: [None] * len(keys) for name in query.result_columns if name not in rows})
+    try:
+        arrow_table(rows, compiled.group_types)
+    except Exception:  # noqa: BLE001 - keys this check cannot type are checked by the release itself
+        return
+    try:
+        keep_rows(rows, compiled.group_types, query.having)
+    except Exception as error:  # noqa: BLE001 - the keys are public: the message may quote them
+        reason = first_line(error)
         raise InvalidParameterError(
-            "having", " AND ".join(query.having), f"cannot be evaluated on the result ({reason})"
+            "having", shown, f"fails on the public keys, before anything is spent ({reason})"
         ) from None
+
+
+def _truth_operands(condition: str) -> list[tuple[str, str]]:
+    """The parts of a HAVING condition DuckDB reads as true or false: the condition, the operands of
+    its AND, OR and NOT, and the WHEN conditions of a CASE or IF; each as (DuckDB text, text to show)."""
+    import sqlglot
+    from sqlglot import exp
+
+    tree = sqlglot.parse_one(condition, read="duckdb")
+    parts: list[exp.Expr] = [tree]
+    for node in tree.walk():
+        if isinstance(node, exp.And | exp.Or | exp.Xor):
+            parts += [node.this, node.expression]
+        elif isinstance(node, exp.Not):
+            parts.append(node.this)
+        elif isinstance(node, exp.Case) and node.this is None:
+            parts += [branch.this for branch in node.args.get("ifs") or ()]
+        elif isinstance(node, exp.If) and not isinstance(node.parent, exp.Case):
+            parts.append(node.this)
+    result = []
+    for part in parts:
+        display = part.copy().transform(_unquoted).sql(dialect="duckdb")
+        result.append((part.sql(dialect="duckdb"), display))
+    return result
+
+
+def _shown_condition(condition: str) -> str:
+    """A HAVING condition as a message shows it: its columns without needless quotes."""
+    import sqlglot
+
+    try:
+        return sqlglot.parse_one(condition, read="duckdb").transform(_unquoted).sql(dialect="duckdb")
+    except sqlglot.errors.SqlglotError:
+        return condition
+
+
+def _unquoted(node: Any) -> Any:
+    """A column identifier without its quotes where it needs none (for messages only)."""
+    from sqlglot import exp
+
+    if isinstance(node, exp.Identifier) and node.quoted and node.name.isidentifier():
+        return exp.Identifier(this=node.name, quoted=False)
+    return node
+
+
+def _open_ledger(
+    path: str | os.PathLike[str] | None,
+    budget: Guarantee | None,
+    analyst: str | None,
+    anchor: str | os.PathLike[str] | None,
+) -> Ledger:
+    """``Ledger(path, ...)``, a refusal of its file named by the Session's own argument (``ledger``,
+    ``ledger_anchor``) rather than the Ledger's (``path``, ``anchor``)."""
+    try:
+        return Ledger(path, budget, analyst=analyst, anchor=anchor)
+    except InvalidParameterError as error:
+        renamed = {"path": "ledger", "anchor": "ledger_anchor"}.get(error.name)
+        if renamed is None:
+            raise
+        raise InvalidParameterError(renamed, error.value, error.allowed) from None
 
 
 @dataclass(frozen=True)

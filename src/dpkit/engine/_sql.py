@@ -8,7 +8,9 @@ privacy analysis in the compiler:
   name on both sides);
 * ``WHERE`` with any row-level boolean expression (no subqueries, aggregates or windows);
 * ``GROUP BY`` columns (named, or by their SELECT position: ``GROUP BY 1``) and named
-  expressions (``SELECT CASE ... END AS band ... GROUP BY band``: a derived column);
+  expressions (``SELECT CASE ... END AS band ... GROUP BY band``: a derived column); a group
+  column renamed in SELECT (``SELECT region AS r``) is released as ``r`` whether GROUP BY names
+  ``r``, ``region`` or ``1`` (a derived column ``r`` = ``region``; public keys may name either);
 * ``SELECT`` group columns and aggregates, each optionally aliased: ``COUNT(*)``, ``COUNT(col)``
   (its rows that are not NULL), ``COUNT(DISTINCT <privacy unit>)``, ``SUM``, ``AVG`` / ``MEAN``,
   ``VARIANCE`` / ``VAR_SAMP`` / ``VAR_POP``, ``STDDEV`` / ``STDDEV_SAMP`` / ``STDDEV_POP``,
@@ -28,7 +30,7 @@ schema.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import sqlglot
@@ -143,7 +145,8 @@ def parse_query(
     where = _where_clause(select, qualifiers)
     scope = _Scope(qualifiers)
     group_by = _group_by_clause(select, scope, privacy_unit)
-    aggregates, columns = _select_list(select, scope, group_by, privacy_unit)
+    renames = _renamed_groups(scope, group_by)
+    aggregates, columns = _select_list(select, scope, group_by, privacy_unit, renames)
     _check_where_names(where, scope, aggregates)
     query = Query(
         table=table,
@@ -151,11 +154,11 @@ def parse_query(
         where=where,
         derived=tuple(scope.derived.values()),
         group_by=group_by,
-        keys=normalise_keys(group_by, keys),
+        keys=normalise_keys(group_by, _renamed_keys(keys, group_by, renames)),
         aggregates=aggregates,
         text=text,
-        having=_having_clause(select, qualifiers, columns),
-        order_by=_order_clause(select, qualifiers, columns),
+        having=_having_clause(select, qualifiers, columns, renames),
+        order_by=_order_clause(select, qualifiers, columns, renames),
         limit=_whole_number(select, "limit"),
         offset=_whole_number(select, "offset") or 0,
     )
@@ -514,7 +517,8 @@ def _group_by_clause(select: exp.Select, scope: _Scope, privacy_unit: str | None
                 clause, _fragment(item), "each set of groups is a separate release; run one query per grouping"
             )
         column = _group_item(select, item, scope)
-        if privacy_unit is not None and column.casefold() == privacy_unit.casefold():
+        source = _derived_source(scope, column)
+        if privacy_unit is not None and privacy_unit.casefold() in (column.casefold(), (source or "").casefold()):
             raise UnsupportedSQLError(
                 "GROUP BY",
                 _fragment(item),
@@ -540,9 +544,16 @@ def _group_item(select: exp.Select, item: exp.Expr, scope: _Scope) -> str:
         entry.alias.casefold(): entry
         for entry in select.expressions
         if isinstance(entry, exp.Alias)
-        and _plain_column(entry.this, qualifiers) is None
+        and (_plain_column(entry.this, qualifiers) is None or _renamed_column(entry, qualifiers) is not None)
         and entry.this.find(exp.AggFunc) is None
         and not _has_mean(entry.this)
+    }
+    # A group column renamed in SELECT (``region AS r``): grouped by under its new name, whether
+    # GROUP BY names the alias, the column or the position (as DuckDB reads each).
+    renamed = {
+        column.casefold(): entry
+        for entry in select.expressions
+        if (column := _renamed_column(entry, qualifiers)) is not None
     }
     if isinstance(item, exp.Literal) and not item.is_string:
         items = select.expressions
@@ -550,12 +561,17 @@ def _group_item(select: exp.Select, item: exp.Expr, scope: _Scope) -> str:
         if not 1 <= index <= len(items):
             raise UnsupportedSQLError("GROUP BY", _fragment(item), f"a position must be 1 to {len(items)}")
         item = items[index - 1]
-        if isinstance(item, exp.Alias) and _plain_column(item.this, qualifiers) is None:
+        if isinstance(item, exp.Alias) and (
+            _plain_column(item.this, qualifiers) is None or _renamed_column(item, qualifiers) is not None
+        ):
             expressions = {item.alias.casefold(): item}
             item = exp.column(item.alias)
         else:
             item = _unaliased(item)
     column = _plain_column(item, qualifiers)
+    if column is not None and column.casefold() not in expressions and column.casefold() in renamed:
+        entry = renamed[column.casefold()]
+        return scope.derive(entry.alias, entry.this, "GROUP BY", "SELECT <column> AS name ... GROUP BY name")
     if column is not None and column.casefold() not in expressions:
         return column
     named: exp.Alias | None
@@ -574,6 +590,14 @@ def _group_item(select: exp.Select, item: exp.Expr, scope: _Scope) -> str:
     return scope.derive(named.alias, named.this, "GROUP BY", "SELECT <expression> AS name ... GROUP BY name")
 
 
+def _renamed_column(entry: exp.Expr, qualifiers: set[str]) -> str | None:
+    """The column of a SELECT item that renames a plain column (``region AS r``), else None."""
+    if not isinstance(entry, exp.Alias):
+        return None
+    column = _plain_column(entry.this, qualifiers)
+    return column if column is not None and column.casefold() != entry.alias.casefold() else None
+
+
 def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
     """The column name if ``node`` is a plain (possibly qualified) column reference, else None."""
     node = _strip_qualifiers(node.unnest(), qualifiers)
@@ -585,8 +609,48 @@ def _plain_column(node: exp.Expr, qualifiers: set[str]) -> str | None:
 # --- the SELECT list ---------------------------------------------------------------------------
 
 
+def _derived_source(scope: _Scope, name: str) -> str | None:
+    """The column a derived column ``name`` merely renames (``SELECT region AS r``), else None."""
+    derived = scope.derived.get(name.casefold())
+    if derived is None:
+        return None
+    return _plain_column(sqlglot.parse_one(derived.expression, read="duckdb"), set())
+
+
+def _renamed_groups(scope: _Scope, group_by: tuple[GroupKey, ...]) -> dict[str, str]:
+    """The group columns renamed in SELECT: the column's name case-folded -> its output name."""
+    renames = {}
+    for group in group_by:
+        source = _derived_source(scope, str(group))
+        if source is not None:
+            renames[source.casefold()] = str(group)
+    return renames
+
+
+def _renamed_keys(keys: object, group_by: tuple[GroupKey, ...], renames: dict[str, str]) -> object:
+    """A ``keys`` mapping may name a renamed group column by the column's own name (``keys={"region":
+    [...]}`` for ``SELECT region AS r ... GROUP BY region``) or by its output name."""
+    if not renames or not isinstance(keys, Mapping):
+        return keys
+    groups = {str(g).casefold() for g in group_by}
+    result = {}
+    for column, values in keys.items():
+        folded = column.casefold() if isinstance(column, str) else None
+        target = renames.get(folded) if folded is not None and folded not in groups else None
+        if target is not None and any(isinstance(c, str) and c.casefold() == target.casefold() for c in keys):
+            raise InvalidParameterError(
+                "keys", sorted(map(str, keys)), f"names the group column {target!r} twice (also as {column!r})"
+            )
+        result[target if target is not None else column] = values
+    return result
+
+
 def _select_list(
-    select: exp.Select, scope: _Scope, group_by: tuple[GroupKey, ...], privacy_unit: str | None
+    select: exp.Select,
+    scope: _Scope,
+    group_by: tuple[GroupKey, ...],
+    privacy_unit: str | None,
+    renames: dict[str, str],
 ) -> tuple[tuple[tuple[str, Aggregate], ...], tuple[str, ...]]:
     qualifiers = scope.qualifiers
     items = select.expressions
@@ -601,8 +665,12 @@ def _select_list(
         if _is_star(node):
             raise UnsupportedSQLError("SELECT *", _fragment(item), "name the group columns and aggregates to release")
         column = _plain_column(node, qualifiers)
+        renamed = alias is not None and column is not None and alias.casefold() != column.casefold()
+        if alias and renamed and alias.casefold() in scope.derived and alias.casefold() in group_names:
+            entries.append((None, group_names[alias.casefold()]))  # a renamed group column (see _group_item)
+            continue
         if column is not None:
-            entries.append((None, _group_column(column, alias, item, group_names, privacy_unit)))
+            entries.append((None, _group_column(column, alias, item, group_names, privacy_unit, renames)))
             continue
         if alias and alias.casefold() in scope.derived and alias.casefold() in group_names:
             entries.append((None, group_names[alias.casefold()]))  # an expression grouped by (see _group_item)
@@ -650,7 +718,9 @@ def _repeated_item(node: exp.Expr, select: exp.Select, qualifiers: set[str], col
     return None
 
 
-def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> tuple[OrderBy, ...]:
+def _order_clause(
+    select: exp.Select, qualifiers: set[str], columns: tuple[str, ...], renames: dict[str, str]
+) -> tuple[OrderBy, ...]:
     """ORDER BY as post-processing of the released table: each item names a result column (an
     output name, a group column, an interval end such as ``n_low``), a SELECT position, or repeats a
     SELECT item (``ORDER BY COUNT(*) DESC``). The compiler checks the names."""
@@ -667,7 +737,7 @@ def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, 
                 raise UnsupportedSQLError("ORDER BY", fragment, f"a position must be 1 to {len(columns)}")
             column = columns[position - 1]
         elif (name := _plain_column(target, qualifiers)) is not None:
-            column = name
+            column = _output_name(name, columns, renames)
         else:
             column = _repeated_item(target, select, qualifiers, columns) or ""
             if not column:
@@ -682,7 +752,17 @@ def _order_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, 
     return tuple(orders)
 
 
-def _having_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str, ...]) -> tuple[str, ...]:
+def _output_name(name: str, columns: tuple[str, ...], renames: dict[str, str]) -> str:
+    """A name in HAVING or ORDER BY as a result column: a renamed group column's own name (``region``
+    for ``SELECT region AS r``) reads its output column ``r``, unless a result column is so named."""
+    if name.casefold() in renames and name.casefold() not in {c.casefold() for c in columns}:
+        return renames[name.casefold()]
+    return name
+
+
+def _having_clause(
+    select: exp.Select, qualifiers: set[str], columns: tuple[str, ...], renames: dict[str, str]
+) -> tuple[str, ...]:
     """HAVING as post-processing of the released table: each aggregate in it must repeat an item of
     the SELECT list and is read as that item's released column (``HAVING COUNT(*) > 10`` keeps
     the rows whose noisy count exceeds 10); other names are result columns (checked by the compiler)."""
@@ -693,7 +773,7 @@ def _having_clause(select: exp.Select, qualifiers: set[str], columns: tuple[str,
     def released(node: exp.Expr) -> exp.Expr:
         name = _plain_column(node, qualifiers) if isinstance(node, exp.Column) else None
         if name is not None:
-            return exp.column(name)
+            return exp.column(_output_name(name, columns, renames))
         if isinstance(node, exp.AggFunc | exp.WithinGroup | exp.Anonymous):
             column = _repeated_item(node, select, qualifiers, columns)
             if column is not None:
@@ -741,7 +821,12 @@ def _is_star(node: exp.Expr) -> bool:
 
 
 def _group_column(
-    column: str, alias: str | None, item: exp.Expr, group_names: dict[str, str], privacy_unit: str | None
+    column: str,
+    alias: str | None,
+    item: exp.Expr,
+    group_names: dict[str, str],
+    privacy_unit: str | None,
+    renames: dict[str, str],
 ) -> str:
     if privacy_unit is not None and column.casefold() == privacy_unit.casefold():
         raise UnsupportedSQLError(
@@ -749,15 +834,18 @@ def _group_column(
             _fragment(item),
             f"the privacy unit column {privacy_unit!r} cannot be released; use COUNT(DISTINCT ...) to count people",
         )
+    if column.casefold() in renames and column.casefold() not in group_names:
+        raise UnsupportedSQLError(
+            "SELECT",
+            _fragment(item),
+            f"the group column {column!r} is released as {renames[column.casefold()]!r} already; "
+            "select each group column once",
+        )
     if column.casefold() not in group_names:
         raise UnsupportedSQLError(
             "SELECT",
             _fragment(item),
             f"column {column!r} is neither aggregated nor in GROUP BY; raw values are never released",
-        )
-    if alias and alias.casefold() != column.casefold():
-        raise UnsupportedSQLError(
-            "SELECT", _fragment(item), "a group column cannot be renamed; alias it to its own name or not at all"
         )
     return group_names[column.casefold()]
 

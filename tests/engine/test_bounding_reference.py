@@ -13,6 +13,7 @@ import hashlib
 import math
 import re
 from collections import defaultdict
+from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -195,13 +196,16 @@ def test_histogram_weights_match_the_reference(g):
     k = 2
     _, plan, result = run(frame, None, k, g, histogram=True)
     assert plan.histogram is not None and not plan.histogram.log2
-    width = (plan.histogram.high - plan.histogram.low) / plan.histogram.bins
+    points = [Fraction(p) for p in plan.histogram.grid().points]
+
+    def nearest(value: float) -> int:
+        """The grid point nearest the clamped value, in exact arithmetic (the higher one at a midpoint)."""
+        clamped = Fraction(min(max(value, BOUNDS[0]), BOUNDS[1]))
+        return min(range(len(points)), key=lambda j: (abs(points[j] - clamped), -j))
+
     per_person: dict[object, dict[tuple[object, ...], list[int]]] = defaultdict(lambda: defaultdict(list))
     for person, region, income in frame.itertuples(index=False):
-        clamped = min(max(income, BOUNDS[0]), BOUNDS[1])
-        per_person[person][(None if pd.isna(region) else region,)].append(
-            min(math.floor((clamped - plan.histogram.low) / width), plan.histogram.bins - 1)
-        )
+        per_person[person][(None if pd.isna(region) else region,)].append(nearest(income))
     expected: dict[tuple[object, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
     order = private_order(present_ranks(frame, None))
     scale = 2**Histogram.WEIGHT_BITS

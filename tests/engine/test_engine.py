@@ -160,6 +160,9 @@ def test_quantiles_variance_and_histogram(people):
 
 
 def test_quantile_accuracy_is_stated_in_ranks(people):
+    from dpkit.engine._aggregation import quantile_grid
+    from dpkit.engine._compiler import QUANTILE_BINS
+
     s = session(people)
     result = (
         s.table()
@@ -168,59 +171,50 @@ def test_quantile_accuracy_is_stated_in_ranks(people):
         .release(epsilon=0.5, rng=InsecureSeededRandom(3))
     )
     (entry,) = result.budget_split
-    # McSherry-Talwar: score within (2 sensitivity / epsilon) ln(candidates / alpha) of the best.
-    expected = 2 * entry["sensitivity"] / entry["epsilon"] * math.log(1025 / 0.05)
-    assert entry["rank_half_width"] == pytest.approx(expected, rel=1e-12)
+    # McSherry-Talwar: the score is within (2 sensitivity / epsilon) ln(points / alpha) of the best
+    # (0); the median's scores are doubled (a person moves its rank by half their weight), so the
+    # width in rows is half that. (0, 100) has a grid of step 0.1: 1,001 points.
+    points = len(quantile_grid(0.0, 100.0, QUANTILE_BINS).points)
+    assert points == 1001
+    expected = 2 * entry["sensitivity"] / entry["epsilon"] * math.log(points / 0.05) / 2
+    assert entry["rank_half_width"] == pytest.approx(expected, rel=1e-3)
     assert math.isnan(result.to_pandas().m_low[0]) and "rank error <=" in str(result)
     ages = people["age"].to_numpy()  # every person has <= 50 rows here: no row is scaled down
     released = result.to_pandas().m[0]
-    below = np.count_nonzero(ages < released)
-    one_bin = np.count_nonzero((ages >= released - 100 / 1024) & (ages < released + 100 / 1024))
-    assert abs(below - ages.size / 2) <= entry["rank_half_width"] + one_bin
+    # Rows count at their nearest grid point: those below the released one lie below released - 0.05.
+    below = np.count_nonzero(ages < released - 0.05)
+    above = np.count_nonzero(ages > released + 0.05)
+    assert below < ages.size / 2 + entry["rank_half_width"] and above < ages.size / 2 + entry["rank_half_width"]
 
 
-def test_quantile_scores_use_exactly_rounded_totals():
-    """The batched quantile path scores every group as -|weight below - level * fsum(weights)|.
-
-    Rows of multiples of 2^-WEIGHT_BITS take the exact running sum; other rows (and totals too
-    large for it) fall back to math.fsum. Catches a total that is merely the float sum.
-    """
-    from dpkit.engine._execute import _quantiles
+def test_quantile_scores_are_the_distance_to_each_points_ranks():
+    """The batched quantile path scores point j of every row as -f dist(level * total, [below_j, below_j +
+    weight_j]), f = quantile_factor(level): within 2^-17 of the exact value for rows of multiples of
+    2^-WEIGHT_BITS (the others are scored exactly: tests/engine/test_quantile_ties.py)."""
+    from dpkit.engine._compiler import SelectionNoise
+    from dpkit.engine._execute import _quantiles, quantile_factor
 
     seen = []
 
-    class Recorder:
+    class Recorder(SelectionNoise):
         def select_rows(self, candidates, scores, rng):
             seen.append(np.array(scores))
             return [0.0] * len(scores)
 
     unit = 2.0**-20
-    rows = np.array(
-        [
-            [3 * unit, 0.0, 5.0, 2.0**20, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],  # multiples of 2^-20: exact running sum
-            [0.1] * 10,  # not multiples: the float sum is 0.9999999999999999, fsum 1.0
-            [
-                0.5,
-                2.0**53,
-                0.5,
-                0.5,
-                0.5,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-                0.0,
-            ],  # multiples, total beyond 2^33: float 2^53, fsum 2^53 + 2
-        ]
-    )
-    assert [float(np.cumsum(row)[-1]) == math.fsum(row) for row in rows] == [True, False, False]
-    candidates = [float(j) for j in range(11)]
-    assert _quantiles(Recorder(), candidates, rows, [0.5, 0.9], rng=None) == [[0.0] * 3, [0.0] * 3]
+    rows = np.array([[3 * unit, 0.0, 5.0, 2.0**20, 0.0, 0.0], [0.0, 7.0, 7.0, 0.0, 1.0, 0.0]])
+    candidates = [float(j) for j in range(6)]
+    drawn = _quantiles(Recorder(1.0, 1.0, 1, "laplace"), candidates, rows, [0.5, 0.9], rng=None)
+    assert drawn == [[0.0] * 2, [0.0] * 2]
     for level, scores in zip([0.5, 0.9], seen, strict=True):
-        for row, got in zip(rows, scores, strict=True):
-            below = [0.0, *np.cumsum(row).tolist()]  # running sums, as the release computes them
-            expected = [-abs(b - level * math.fsum(row)) for b in below]
-            assert got.tolist() == expected
+        for row, got in zip(rows.tolist(), scores, strict=True):
+            target = Fraction(level) * sum(map(Fraction, row))
+            below = [sum(map(Fraction, row[:j]), Fraction(0)) for j in range(len(row))]
+            expected = [
+                -Fraction(quantile_factor(level)) * max(b - target, target - b - Fraction(w), Fraction(0))
+                for b, w in zip(below, row, strict=True)
+            ]
+            assert max(abs(Fraction(g) - e) for g, e in zip(got.tolist(), expected, strict=True)) <= 2.0**-17
 
 
 def test_auto_bounds_are_charged_and_reported(people):

@@ -54,7 +54,7 @@ import dpkit
 from dpkit import engine as E
 from dpkit._errors import BudgetExceededError, InvalidParameterError
 from dpkit.audit import estimate_epsilon
-from dpkit.engine._aggregation import AggregationPlan, AggregationResult, Histogram
+from dpkit.engine._aggregation import AggregationPlan, AggregationResult, Histogram, quantile_grid
 from dpkit.engine._backends import DuckDBBackend
 from dpkit.engine._compiler import (
     QUANTILE_BINS,
@@ -66,9 +66,10 @@ from dpkit.engine._compiler import (
     aggregation_plan,
     compile_query,
     histogram_plan,
+    log2_candidates,
     parse_request,
 )
-from dpkit.engine._execute import Released, postprocess
+from dpkit.engine._execute import _AUTO_FACTOR, _SLACK, Released, auto_rank_floor, postprocess, quantile_factor
 from dpkit.mechanisms import DiscreteGaussian, DiscreteLaplace, Laplace
 from dpkit.noise import InsecureSeededRandom, snap_to_grid
 
@@ -291,15 +292,25 @@ def norms(before: list[Fraction], after: list[Fraction]) -> tuple[Fraction, Frac
     )
 
 
-def scaled_scores(weights: dict[int, int], level: float) -> tuple[list[int], int]:
-    """The exponential mechanism's scores -|below(split) - level * total| at every split, exactly.
+def exact_scores(
+    weights: dict[int, int], bins: list[int], level: float, factor: float, floor: float = 0.0
+) -> list[Fraction]:
+    """The exponential mechanism's scores at every bin, exactly: -factor * dist(target, [below_b, below_b + w_b]).
 
-    Returned as integers s_j and a scale c with score_j = s_j / c (weights are in 2^-20 units).
+    Weights are in 2^-20 units; the target is level * total, clipped to [min(floor, total / 2),
+    max(total - floor, total / 2)] (automatic bounds' floor; none for quantiles).
     """
-    ratio = Fraction(level)
-    cumulative = list(itertools.accumulate((weights.get(b, 0) for b in range(QUANTILE_BINS)), initial=0))
-    total = cumulative[-1] * ratio.numerator
-    return [-abs(below * ratio.denominator - total) for below in cumulative], ratio.denominator << Histogram.WEIGHT_BITS
+    cells = [Fraction(weights.get(b, 0), 2**Histogram.WEIGHT_BITS) for b in bins]
+    total = sum(cells, Fraction(0))
+    target = Fraction(level) * total
+    if floor:
+        half = total / 2
+        target = min(max(target, min(Fraction(floor), half)), max(total - Fraction(floor), half))
+    scores, below = [], Fraction(0)
+    for w in cells:
+        scores.append(-Fraction(factor) * max(below - target, target - below - w, Fraction(0)))
+        below += w
+    return scores
 
 
 # ============================================================================================
@@ -365,6 +376,10 @@ def check_histograms(
     noise = compiled.mechanism(statistic, 1)
     assert isinstance(noise, SelectionNoise)
     levels = compiled.levels(statistic)
+    if statistic.kind == "auto":  # signed log2 bins, floored targets
+        bins, floor = log2_candidates()[0], auto_rank_floor(noise, len(log2_candidates()[0]))
+    else:  # the grid points of the bounds
+        bins, floor = list(range(len(quantile_grid(*X_BOUNDS, QUANTILE_BINS).points))), 0.0
     groups = noise.count // len(levels)  # the selections are composed over this many groups
     index_a = {key: i for i, key in enumerate(before.keys)}
     index_b = {key: i for i, key in enumerate(after.keys)}
@@ -377,9 +392,11 @@ def check_histograms(
             continue
         changed += 1
         for level in levels:
-            (score_a, scale), (score_b, _) = scaled_scores(a, level), scaled_scores(b, level)
-            worst = Fraction(max(abs(y - x) for x, y in zip(score_a, score_b, strict=True)), scale)
-            assert worst <= Fraction(noise.sensitivity), (label, statistic.key, key, level, float(worst))
+            factor = _AUTO_FACTOR if statistic.kind == "auto" else quantile_factor(level)
+            score_a, score_b = (exact_scores(h, bins, level, factor, floor) for h in (a, b))
+            worst = max(abs(y - x) for x, y in zip(score_a, score_b, strict=True))
+            # (1 - 2^-12) Delta: the rest of Delta is the allowance for the scores' rounding
+            assert worst <= (1 - Fraction(_SLACK)) * Fraction(noise.sensitivity), (label, statistic.key, key, level)
     assert changed <= groups, (label, statistic.key, changed)
 
 
@@ -705,7 +722,7 @@ def test_a_refused_zcdp_query_spends_nothing():
     session = budget_session(dpkit.ZCDP(0.5))
     for attempt in (
         lambda: session.table().agg(t=E.sum("x")).release(rho=0.1),
-        lambda: session.table().agg(n=E.count()).release(epsilon=0.1),
+        lambda: session.table().agg(n=E.count()).release(epsilon=0.1, rho=0.1),  # (epsilon alone: Laplace)
         lambda: session.table().group_by("region").agg(n=E.count()).release(rho=0.1),
         lambda: session.table().agg(n=E.count()).release(rho=0.6),
         lambda: session.sql("SELECT COUNT(*) FROM people LIMIT 1 + 1", rho=0.1),

@@ -37,6 +37,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import Any
 
 import sqlglot
@@ -51,10 +52,12 @@ __all__ = [
     "KEY_TABLE_THRESHOLD",
     "chooses_groups",
     "Moment",
+    "QuantileGrid",
     "conditions_sql",
     "decimal_scale",
     "key_table_columns",
     "private_keys_sql",
+    "quantile_grid",
     "render_sql",
     "unit_exponent",
 ]
@@ -129,10 +132,13 @@ class Moment:
 
 @dataclass(frozen=True)
 class Histogram:
-    """Per group: weighted counts of clamp(column) in ``bins`` equal bins of [low, high] (NULL/NaN -> fill).
+    """Per group: weighted counts of clamp(column) by the nearest point of a public grid (NULL/NaN -> fill).
 
-    Weights are fixed-point integers: a person with n rows in a group adds round(c k 2^20 / n)
-    to a bin holding c of their rows (``WEIGHT_BITS``).
+    The grid (:func:`quantile_grid`) has at most ``bins`` points: ``low``, ``high``, and the
+    multiples of a round step strictly between them; bin j counts the clamped values whose nearest
+    grid point is point j (``low`` and ``high`` themselves, where clamped values land, are bins 0
+    and last). Weights are fixed-point integers: a person with n rows in a group adds
+    round(c k 2^20 / n) to a bin holding c of their rows (``WEIGHT_BITS``).
     """
 
     name: str
@@ -144,6 +150,58 @@ class Histogram:
     log2: bool = False  # signed powers-of-two bins for automatic bounds (low/high/bins ignored)
 
     WEIGHT_BITS = 20
+
+    def grid(self) -> QuantileGrid:
+        """The grid whose points are this histogram's bins (and the quantiles' candidates)."""
+        return quantile_grid(self.low, self.high, self.bins)
+
+
+#: Steps of the quantile grid are m 10^e for these mantissas: a step below 1 divides 1 (1/8, 1/5,
+#: 1/4, 1/2 of a power of ten), so whole numbers, and decimals of as many places as the step has,
+#: are grid points; consecutive steps are at most twice apart.
+_GRID_MANTISSAS = (Fraction(1), Fraction(5, 4), Fraction(2), Fraction(5, 2), Fraction(5))
+
+
+@dataclass(frozen=True)
+class QuantileGrid:
+    """The public grid of a quantile histogram: ``points`` (low, the multiples of ``step`` strictly
+    between low and high, high), strictly increasing."""
+
+    step: Fraction
+    #: low / step - first + 3/2 for ``first`` the multiple that is point 1: the nearest point of a
+    #: value v in (low, high) is point floor((v - low) / step + offset), capped at the last one
+    #: (floor(v / step + 1/2) - first + 1; see ``_bin_expression``).
+    offset: Fraction
+    points: tuple[float, ...]
+
+
+@functools.lru_cache(maxsize=1024)
+def quantile_grid(low: float, high: float, most: int) -> QuantileGrid:
+    """The finest grid of at most ``most`` points for the bounds [low, high] (public: bounds only).
+
+    Its step is the smallest m 10^e (m in 1, 1.25, 2, 2.5, 5) that leaves at most ``most`` - 2
+    multiples of it strictly inside (low, high); the points are those multiples, each the double
+    nearest to its exact value (so 0.3 is 0.3, not 3 * 0.1), with low and high at the ends.
+    Whole numbers and short decimals are grid points whenever the step divides them: a value that
+    many rows share is then a candidate of its own and can be released exactly.
+    """
+    if not (low < high and most >= 3):
+        raise ValueError(f"no quantile grid for [{low}, {high}] with {most} points")
+    lo, hi = Fraction(low), Fraction(high)
+    exponent = math.floor(math.log10((high - low) / (most - 1))) - 1  # (a decade below the smallest fit)
+    while True:
+        for mantissa in _GRID_MANTISSAS:
+            step = mantissa * Fraction(10) ** exponent
+            first, last = math.floor(lo / step) + 1, math.ceil(hi / step) - 1  # multiples strictly inside
+            if last - first + 3 > most:
+                continue
+            # (as doubles too: a multiple within half an ulp of a bound would repeat it)
+            first += float(first * step) <= low
+            last -= float(last * step) >= high
+            inside = tuple(float(i * step) for i in range(first, last + 1))
+            # Point j >= 1 is multiple first + j - 1; v's nearest multiple is floor(v / step + 1/2).
+            return QuantileGrid(step, lo / step - first + Fraction(3, 2), (low, *inside, high))
+        exponent += 1
 
 
 @dataclass(frozen=True)
@@ -348,9 +406,15 @@ def _bin_expression(histogram: Histogram) -> str:
             f"(CASE WHEN {raw} IS NULL OR isnan({raw}) OR {raw} = 0 THEN 0 "
             f"WHEN {raw} > 0 THEN CAST({magnitude} AS BIGINT) ELSE -CAST({magnitude} AS BIGINT) END)"
         )
-    width = (histogram.high - histogram.low) / histogram.bins
+    grid = histogram.grid()
+    last = len(grid.points) - 1
+    low, high = _literal(histogram.low), _literal(histogram.high)
+    # Clamped values at the bounds are the bounds' bins; the others go to their nearest grid point,
+    # floor((v - low) / step + offset) (v - low keeps the quotient small: no overflow of BIGINT).
+    nearest = f"FLOOR(({value} - {low}) / {_literal(float(grid.step))} + {_literal(float(grid.offset))})"
     return (
-        f"CAST(LEAST(FLOOR(({value} - {_literal(histogram.low)}) / {_literal(width)}), {histogram.bins - 1}) AS BIGINT)"
+        f"(CASE WHEN {value} <= {low} THEN 0 WHEN {value} >= {high} THEN {last} "
+        f"ELSE CAST(LEAST({nearest}, {last}) AS BIGINT) END)"
     )
 
 

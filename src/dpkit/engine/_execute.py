@@ -7,15 +7,18 @@ and counts, counts rounded to non-negative integers, confidence intervals) costs
 
 from __future__ import annotations
 
+import functools
 import math
+import warnings
 from collections.abc import Mapping, Sequence
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InternalError, InvalidParameterError
-from dpkit.engine._aggregation import AggregationResult, Histogram
+from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit.engine._aggregation import AggregationResult, Histogram, quantile_grid
 from dpkit.engine._backends import Backend
 from dpkit.engine._compiler import (
     QUANTILE_BINS,
@@ -29,7 +32,8 @@ from dpkit.engine._compiler import (
     nonnull_column,
 )
 from dpkit.engine._plan import AUTO, canonical, level_label
-from dpkit.mechanisms import DiscreteGaussian
+from dpkit.mechanisms import DiscreteGaussian, Exponential
+from dpkit.mechanisms.exponential import SelectionGrid
 from dpkit.noise import RandomSource
 
 __all__ = ["Released", "execute"]
@@ -62,33 +66,41 @@ def _salt(rng: RandomSource) -> str:
 def _auto_bounds(
     compiled: CompiledQuery, statistic: Statistic, backend: Backend, salt: str, rng: RandomSource
 ) -> tuple[float, float]:
+    """Private bounds: the log2 bins (:func:`_bin_with_rank`) holding the ``AUTO_LEVELS`` quantiles.
+
+    Each target rank is floored at the public ``c = auto_rank_floor(...)``: the lower one is
+    max(0.01 n, c) and the upper one min(0.99 n, n - c) (both n / 2 when n < 2c), for n the total
+    weight. A bin whose rank interval is c or more away from its target is chosen with probability
+    below ``AUTO_BETA`` (the exponential mechanism's utility bound), so with probability at least
+    1 - AUTO_BETA for each bound, when n >= 2c:
+
+    * the lower bound's bin, or one below it, holds data (the bound is never in an empty bin below
+      all the data: it is at least the lower edge of the smallest value's bin, within a factor 2 of
+      that value), and fewer than max(0.01 n, c) + c of the weight lies in bins below it;
+    * likewise the upper bound is at most the upper edge of the largest value's bin, and fewer
+      than max(0.01 n, c) + c of the weight lies in bins above it.
+
+    Without the floor, every empty bin beyond the data scored -0.01 n, the best bin 0: with 200
+    bins the mechanism chose an empty far bin unless epsilon 0.01 n / (2 sensitivity) >> ln 200
+    (n = 4000 at epsilon 1: half of the runs gave bounds like -2.25e15). The floor costs nothing
+    (a max or min with a public constant keeps the sensitivity) and changes nothing once 0.01 n
+    exceeds c (c is about 98 rows at epsilon 1 with the default split).
+    """
     plan = histogram_plan(compiled, statistic, None, salt)
     result = backend.run(plan)
     counts = result.histogram[0] if result.histogram else {}
     order, splits = log2_candidates()
-    weights = [counts.get(b, 0) / _WEIGHT for b in order]
     mechanism = compiled.mechanism(statistic, 1)
     assert isinstance(mechanism, SelectionNoise)
+    units = {j: counts[b] for j, b in enumerate(order) if counts.get(b)}
+    weights = _bin_weights([units], len(order))
+    floor = auto_rank_floor(mechanism, len(order))
     low_level, high_level = compiled.levels(statistic)
     candidates = auto_bound_candidates(splits)
-    low_bin, high_bin = (_bin_with_rank(mechanism, weights, level, rng) for level in (low_level, high_level))
+    low_bin, high_bin = (
+        _bin_with_rank(mechanism, weights, level, rng, floor=floor, units=[units]) for level in (low_level, high_level)
+    )
     return widen(candidates[low_bin], candidates[high_bin + 1], candidates)
-
-
-def _bin_with_rank(mechanism: SelectionNoise, weights: Sequence[float], level: float, rng: RandomSource) -> int:
-    """Exponential mechanism over the log2 bins: the index of a bin holding the ``level`` quantile.
-
-    Bin j holds the ranks [below_j, below_j+1]; its score is minus the distance from the target
-    rank level * total to that interval (0 for the bin that holds it). Adding one person moves
-    below_j, below_j+1 and the total by at most their weight, so each score by at most that: the
-    sensitivity of the split-point score. (Split points scored by |below - target| tie across a
-    run of empty bins, and the tie spread a bound over [-2^59, 16] for ages 18 to 90.)
-    """
-    edges = np.concatenate(([0.0], np.cumsum(np.asarray(weights, dtype=np.float64))))
-    target = level * math.fsum(weights)
-    distance = np.maximum(np.maximum(edges[:-1] - target, target - edges[1:]), 0.0)
-    [chosen] = mechanism.select_rows([float(j) for j in range(len(weights))], -distance[None, :], rng)
-    return int(chosen)
 
 
 #: The largest magnitude of an automatic bound (the fixed-point sums need |bound| <= 2^60).
@@ -113,9 +125,200 @@ def widen(low: float, high: float, candidates: list[float]) -> tuple[float, floa
     return (max(c for c in candidates if c < low), low)
 
 
-def _bin_weights(histograms: Sequence[Mapping[int, int]]) -> NDArray[np.float64]:
-    """One row per group: the weight of each of the QUANTILE_BINS bins (counts in 2^-WEIGHT_BITS units)."""
-    weights = np.zeros((len(histograms), QUANTILE_BINS), dtype=np.float64)
+#: The probability with which an automatic bound may miss its guarantee (see :func:`_auto_bounds`).
+AUTO_BETA = 1e-3
+
+
+def auto_rank_floor(mechanism: SelectionNoise, bins: int, beta: float = AUTO_BETA) -> float:
+    """c: a bin whose score is -c or less is chosen with probability below ``beta``.
+
+    The exponential mechanism picks bin o with probability proportional to
+    exp(epsilon s_o / (2 sensitivity)) (at most exp(-epsilon (s_max - s_o) / (2 sensitivity))),
+    so all bins scoring g below the best one together have probability at most
+    bins exp(-epsilon g / (2 sensitivity)) = beta for g = (2 sensitivity / epsilon) ln(bins / beta):
+    :meth:`~dpkit.mechanisms.Exponential.utility_bound` gives that g for the law actually released
+    (effective sensitivity, score grid). The best bin scores 0 (it holds the target rank); divided
+    by the scores' scale factor and with the rounding allowance of :meth:`_Ranks.scores`, c bounds
+    the distance from the target rank to the chosen bin's ranks. Public: epsilon, sensitivity, bins.
+    """
+    gap = _utility_gap(mechanism, bins, beta)
+    return (gap + _ROUNDING_ALLOWANCE) / _AUTO_FACTOR
+
+
+def _bin_with_rank(
+    mechanism: SelectionNoise,
+    weights: Sequence[float] | NDArray[np.float64],
+    level: float,
+    rng: RandomSource,
+    *,
+    floor: float = 0.0,
+    units: Sequence[Mapping[int, int]] | None = None,
+) -> int:
+    """Exponential mechanism over the log2 bins: the index of a bin holding the ``level`` quantile.
+
+    Bin j holds the ranks [below_j, below_j+1]; its score is minus the distance from the target
+    rank (level * total, floored at ``floor``: see :func:`_auto_bounds`) to that interval (0 for
+    the bin that holds it). Adding one person of weight w moves below_j, below_j+1, the total and
+    the target by at most w (the target by between 0 and w), so each score by at most w: the
+    sensitivity. (Split points scored by |below - target| tie across a run of empty bins, and the
+    tie spread a bound over [-2^59, 16] for ages 18 to 90.) See :meth:`_Ranks.scores` for rounding.
+    """
+    rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
+    scores = _Ranks(rows, units).scores(mechanism, level, _AUTO_FACTOR, floor)
+    [chosen] = mechanism.select_rows([float(j) for j in range(rows.shape[1])], scores, rng)
+    return int(chosen)
+
+
+#: Most grid units of the clamped gaps that rows scored exactly pass on (see :meth:`_Ranks.scores`).
+_GAP_CLAMP = 2**52
+#: Below this epsilon the exponential mechanism's own gap clamp can exceed _GAP_CLAMP: every row's
+#: gaps are then clamped at _GAP_CLAMP, so that all rows share one (public) clamp.
+_TINY_EPSILON = 2.0**-19
+#: The exact scores are scaled to (1 - _SLACK) times the sensitivity; the slack absorbs the rounding.
+_SLACK = 2.0**-12
+#: Twice the largest rounding error of a score computed in double precision (2^-17 each).
+_ROUNDING_ALLOWANCE = 2.0**-16
+#: Rows of total weight below this are scored in double precision: every running sum is exact.
+_EXACT_TOTAL = 2.0 ** (53 - Histogram.WEIGHT_BITS)
+#: The scale of the automatic bounds' scores (their distance has sensitivity 1 per unit of weight).
+_AUTO_FACTOR = 1.0 - _SLACK
+
+
+@functools.lru_cache(maxsize=256)
+def quantile_factor(level: float) -> float:
+    """The scale f of a quantile's scores: the largest float with f max(level, 1 - level) <= 1 - _SLACK.
+
+    The distance from level * total to a bin's ranks [below, below + weight] moves by at most
+    max(level, 1 - level) w when a person of weight w is added or removed (below by u, the bin by
+    v, the rows above by w - u - v: below - level total moves by u - level w, level total - below -
+    weight by level w - u - v, each within [-max, max] w), so f times it moves by at most
+    (1 - _SLACK) w: the median's scores are doubled, and so is its accuracy.
+    """
+    exact = Fraction(level)
+    most = max(exact, 1 - exact)
+    factor = (1.0 - _SLACK) / float(most)
+    while Fraction(factor) * most > 1 - Fraction(_SLACK):
+        factor = math.nextafter(factor, 0.0)
+    return factor
+
+
+def _utility_gap(mechanism: SelectionNoise, candidates: int, probability: float) -> float:
+    """g: the chosen candidate scores at least g below the best one with probability <= ``probability``.
+
+    Infinite where g exceeds the gaps that :meth:`_Ranks.scores` can pass on (epsilon below ~1e-6).
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PrivacyWarning)
+        exponential = Exponential(mechanism.sensitivity, mechanism.epsilon)
+    gap = exponential.utility_bound(candidates, t=math.log(1 / probability))
+    return gap if gap <= math.ldexp(_GAP_CLAMP, exponential.grid_exponent) else math.inf
+
+
+def quantile_rank_half_width(mechanism: SelectionNoise, candidates: int, alpha: float, level: float) -> float:
+    """r: with probability >= 1 - alpha the released point's ranks come within r of level * total.
+
+    The best candidate scores 0 (its bin holds the target rank); the chosen one scores at least
+    ``_utility_gap`` below it with probability at most alpha; both scores may be off by the
+    rounding allowance; dividing by the scale f of the scores gives the distance in rows.
+    """
+    return (_utility_gap(mechanism, candidates, alpha) + _ROUNDING_ALLOWANCE) / quantile_factor(level)
+
+
+class _Ranks:
+    """Histograms prepared for :meth:`scores`: one per row, weights in 2^-WEIGHT_BITS units of rows.
+
+    ``units``, where given, holds the same weights as exact integers (bin -> units), for the rows
+    that are scored exactly.
+    """
+
+    def __init__(self, rows: NDArray[np.float64], units: Sequence[Mapping[int, int]] | None = None) -> None:
+        self.rows = rows
+        self.units = units
+        self.running = np.cumsum(rows, axis=1)  # sequential sums: exact for the rows scored in floats
+        self.below = self.running - rows  # below_j (exact there: a difference of exact running sums)
+        self.totals = self.running[:, -1:]
+        scaled = np.ldexp(rows, Histogram.WEIGHT_BITS)
+        whole = np.all((scaled == np.rint(scaled)) & (rows >= 0), axis=1)
+        self.inexact = np.flatnonzero(~(whole & (self.totals[:, 0] < _EXACT_TOTAL)))
+
+    def scores(self, mechanism: SelectionNoise, level: float, factor: float, floor: float = 0.0) -> NDArray[np.float64]:
+        """Scores of the bins of each row: -factor * distance(target, [below_j, below_j + weight_j]).
+
+        The target rank is level * total, clipped to [min(floor, total / 2), max(total - floor,
+        total / 2)] (``floor`` is public; 0 for quantiles, where the clip changes nothing).
+
+        Sensitivity. A person's weight w in a group is at most the mechanism's sensitivity Delta (k
+        rows, plus the rounding of the k / n scaling: ``CompiledQuery.sensitivity``). Adding them
+        moves below_j by u, the bin by v, the total by w, and the target by between 0 and w (by
+        level w without a floor); below_j - target then moves by u - (0 .. w) and target - below_j -
+        weight_j by (0 .. w) - u - v, each within [-w, w] (within [-max(level, 1 - level) w,
+        max(level, 1 - level) w] without a floor), and so does their maximum with 0. ``factor`` is
+        at most (1 - _SLACK) / max(level, 1 - level) (:func:`quantile_factor`), or 1 - _SLACK with a
+        floor, so every score moves by at most (1 - _SLACK) Delta.
+
+        Rounding. For a row of total T < 2^(53 - WEIGHT_BITS) made of multiples of 2^-WEIGHT_BITS
+        (what backends return), below_j and the running sums are exact, and the score computed in
+        double precision is within 3.01 * 2^-53 * factor * T < 2^-17 of the exact one (the target's
+        product or clip, two differences and the scaling round once each; factor < 2). Two
+        neighbouring datasets' computed scores then differ by at most (1 - _SLACK) Delta + 2^-16 <=
+        Delta, as Delta >= 1/16 (checked), and the mechanism rounds them to its grid 2^k, each within
+        half a unit, so they differ by at most floor(Delta / 2^k) + 1 units: its effective
+        sensitivity. Other rows are scored exactly (rationals), rounded to the nearest unit of that
+        grid and passed on as their gaps below the row's best, clamped at 2^52 units (exact doubles):
+        again within half a unit of the exact score, so the same bound holds between rows scored
+        either way. Subtracting a row's best (a whole number of units) changes no selection, and a
+        clamp of the gaps at a public level keeps the sensitivity (the mechanism's own clamp, at
+        e^-1024 of the best weight, is below 2^52 units from epsilon 2^-19 up; under it every row's
+        gaps are clamped at 2^52, so that all rows share one clamp).
+        """
+        if mechanism.sensitivity < 1 / 16:  # pragma: no cover - sensitivities are k + bins 2^-21 >= 1
+            raise InternalError(f"the rank scores need a sensitivity >= 1/16, not {mechanism.sensitivity}")
+        target = level * self.totals
+        if floor > 0:
+            half = self.totals / 2
+            target = np.clip(target, np.minimum(floor, half), np.maximum(self.totals - floor, half))
+        scores = np.subtract(self.below, target)
+        np.maximum(scores, np.subtract(target, self.running), out=scores)
+        np.maximum(scores, 0.0, out=scores)
+        scores *= -factor
+        if mechanism.epsilon >= _TINY_EPSILON and not self.inexact.size:
+            return scores
+        exponent = SelectionGrid.for_sensitivity(mechanism.sensitivity).exponent
+        if mechanism.epsilon < _TINY_EPSILON:
+            snapped = np.rint(np.ldexp(scores, -exponent))  # the mechanism's own rounding
+            gaps = np.minimum(snapped.max(axis=1, keepdims=True) - snapped, float(_GAP_CLAMP))
+            scores = -np.ldexp(gaps, exponent)
+        width = self.rows.shape[1]
+        for row in self.inexact.tolist():
+            if self.units is not None:
+                cells = [Fraction(self.units[row].get(j, 0), 1 << Histogram.WEIGHT_BITS) for j in range(width)]
+            else:
+                cells = [Fraction(x) for x in self.rows[row].tolist()]
+            scores[row] = _exact_gaps(cells, level, factor, floor, exponent)
+        return scores
+
+
+def _exact_gaps(cells: list[Fraction], level: float, factor: float, floor: float, exponent: int) -> NDArray[np.float64]:
+    """One row of :meth:`_Ranks.scores` in exact arithmetic: minus the gaps (in grid units 2^exponent,
+    clamped at 2^52) of the scores rounded to the nearest unit below the row's best, as doubles."""
+    total = sum(cells, Fraction(0))
+    target = Fraction(level) * total
+    if floor > 0:
+        half = total / 2
+        target = min(max(target, min(Fraction(floor), half)), max(total - Fraction(floor), half))
+    unit = Fraction(2) ** exponent
+    snapped, below = [], Fraction(0)
+    for weight in cells:
+        distance = max(below - target, target - below - weight, Fraction(0))
+        snapped.append(math.floor(-Fraction(factor) * distance / unit + Fraction(1, 2)))
+        below += weight
+    best = max(snapped)
+    return -np.ldexp(np.array([float(min(best - n, _GAP_CLAMP)) for n in snapped]), exponent)
+
+
+def _bin_weights(histograms: Sequence[Mapping[int, int]], bins: int = QUANTILE_BINS) -> NDArray[np.float64]:
+    """One row per group: the weight of each of the ``bins`` bins (counts in 2^-WEIGHT_BITS units)."""
+    weights = np.zeros((len(histograms), bins), dtype=np.float64)
     for row, counts in zip(weights, histograms, strict=True):
         if counts:
             row[np.fromiter(counts.keys(), dtype=np.int64)] = np.fromiter(counts.values(), dtype=np.float64)
@@ -128,24 +331,27 @@ def _quantiles(
     weights: Sequence[float] | NDArray[np.float64],
     levels: Sequence[float],
     rng: RandomSource,
+    units: Sequence[Mapping[int, int]] | None = None,
 ) -> list[list[float]]:
-    """Exponential mechanism over split points: for each level, one selection per row of ``weights``.
+    """Exponential mechanism over grid points: for each level, one selection per row of ``weights``.
 
-    Each row is one group's histogram; the score of a split is -|(weight below it) - level * total|.
+    Each row is one group's histogram over the grid points ``candidates`` (bin j holds the values
+    nearest point j). Point j scores -f * dist(level * total, [below_j, below_j + weight_j]), the
+    distance from the target rank to the ranks of the rows at that point (0 for the point holding
+    it), with f = :func:`quantile_factor` (level): see :meth:`_Ranks.scores` for the sensitivity and
+    the rounding. A value that many rows share holds a long run of ranks, so it wins whenever the
+    target falls inside the run; scored by split point, the splits on either side of such a run
+    tied (-|below - level total| is the same across a run of empty bins), and the choice spread
+    uniformly over the gap to the next value (a median of 3.6 for data whose median is 4).
+    Guarantee (:func:`quantile_rank_half_width`): with probability >= 1 - alpha, fewer than
+    level * total + r of the weight lies at grid points below the released one, and fewer than
+    (1 - level) * total + r at points above it.
     """
-    rows = np.atleast_2d(np.asarray(weights, dtype=np.float64))
-    # Running sums left to right (np.cumsum adds sequentially, as a Python loop would).
-    running = np.cumsum(rows, axis=1)
-    below = np.concatenate((np.zeros((len(rows), 1)), running), axis=1)[:, : len(candidates)]
-    # The totals are the exactly rounded sums (math.fsum). Weighted counts are non-negative
-    # multiples of 2^-WEIGHT_BITS, so while a row's total stays below 2^(53 - WEIGHT_BITS) every
-    # running sum is exact and the last one is that total; other rows are summed with fsum.
-    totals = running[:, -1].copy()
-    units = np.ldexp(rows, Histogram.WEIGHT_BITS)
-    exact = np.all((units == np.rint(units)) & (rows >= 0), axis=1) & (totals < 2.0 ** (53 - Histogram.WEIGHT_BITS))
-    for row in np.flatnonzero(~exact):
-        totals[row] = math.fsum(rows[row].tolist())
-    return [mechanism.select_rows(candidates, -np.abs(below - level * totals[:, None]), rng) for level in levels]
+    ranks = _Ranks(np.atleast_2d(np.asarray(weights, dtype=np.float64)), units)
+    return [
+        mechanism.select_rows(candidates, ranks.scores(mechanism, level, quantile_factor(level)), rng)
+        for level in levels
+    ]
 
 
 def _align(result: AggregationResult, keys: list[tuple[Any, ...]], column: str) -> list[int]:
@@ -242,8 +448,8 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         histogram = backend.run(plan)
         index = {canonical(key): i for i, key in enumerate(histogram.keys)}
         mechanism = compiled.mechanism(statistic, max(len(keys), 1))
-        assert isinstance(mechanism, SelectionNoise)
-        edges = [low + (high - low) * j / QUANTILE_BINS for j in range(QUANTILE_BINS + 1)]
+        assert isinstance(mechanism, SelectionNoise) and plan.histogram is not None
+        points = list(plan.histogram.grid().points)
         levels = compiled.levels(statistic)
         for level in levels:
             values[f"{statistic.key}@{level}"] = []
@@ -251,10 +457,9 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         for start in range(0, len(keys), _QUANTILE_BLOCK):
             block = keys[start : start + _QUANTILE_BLOCK]
             found = [index.get(canonical(key)) for key in block]
-            weights = _bin_weights(
-                [histogram.histogram[i] if i is not None and histogram.histogram else {} for i in found]
-            )
-            for level, drawn in zip(levels, _quantiles(mechanism, edges, weights, levels, rng), strict=True):
+            counts = [histogram.histogram[i] if i is not None and histogram.histogram else {} for i in found]
+            weights = _bin_weights(counts, len(points))
+            for level, drawn in zip(levels, _quantiles(mechanism, points, weights, levels, rng, counts), strict=True):
                 values[f"{statistic.key}@{level}"] += drawn
         split.append(describe(compiled, statistic, mechanism, (low, high)))
     values.update({f"__hw:{k}": [v] for k, v in half_widths.items()})
@@ -314,10 +519,15 @@ def describe(
     }
     if statistic.kind == "hist" and isinstance(mechanism, SelectionNoise):
         # The exponential mechanism's accuracy is a statement about ranks, not values: with
-        # probability >= 1 - alpha the released split point's score is within
-        # scale * ln(candidates / alpha) of the best one (McSherry & Talwar 2007), i.e. the number of
-        # bounded rows below it is within that many rows of level * rows (plus one bin's rows).
-        entry["rank_half_width"] = mechanism.scale * math.log((QUANTILE_BINS + 1) / compiled.request.alpha)
+        # probability >= 1 - alpha the released point's score is within the utility bound
+        # (2 sensitivity / epsilon) ln(points / alpha) of the best one, 0 (McSherry & Talwar 2007),
+        # so the rows at grid points below it are fewer than level * rows + r and those above it
+        # fewer than (1 - level) * rows + r (see _quantiles); the widest r of the column's levels.
+        points = len(quantile_grid(bounds[0], bounds[1], QUANTILE_BINS).points) if bounds else QUANTILE_BINS
+        entry["rank_half_width"] = max(
+            quantile_rank_half_width(mechanism, points, compiled.request.alpha, level)
+            for level in compiled.levels(statistic)
+        )
     if compiled.request.mode == "laplace":
         entry["epsilon"] = float(share)
     else:

@@ -346,9 +346,10 @@ class Result:
     threshold appears mostly when its noise lifted it, so released small groups' intervals miss
     more often than alpha. A count's interval is the integers within its noisy value +- the
     half-width, with the released count. Quantiles have no interval on their value (NaN): their
-    accuracy is a rank statement, ``rank_half_width`` in ``budget_split`` (with probability
-    >= 1 - alpha, the number of bounded rows below the released value is within that many rows of
-    ``level * rows``, plus one bin's rows; compare it with the row count to judge a quantile).
+    accuracy is a rank statement, ``rank_half_width`` r in ``budget_split`` (with probability
+    >= 1 - alpha, fewer than ``level * rows + r`` bounded rows lie below the released value and
+    fewer than ``(1 - level) * rows + r`` above it, each row counted at its nearest point of the
+    quantile grid; compare r with the row count to judge a quantile).
     ``guarantee`` is what the ledger was debited; ``budget_split`` shows how it was divided among
     the statistics.
     """

@@ -1,8 +1,8 @@
-"""The fast paths of the exact integer samplers in the middle scale range (2^30 and up).
+"""The fast paths of the exact integer samplers in the middle scale range (2^31 and up).
 
-geometric_units / discrete_laplace_units draw G = 2^j H + L from 2^30 on (H geometric below 2^30,
+geometric_units / discrete_laplace_units draw G = 2^j H + L from 2^31 on (H geometric below 2^31,
 L's chunks by exact rejection from uniform proposals), assemble it in int64 while every draw is
-below 2^62, and discrete_gaussian proposes from them from sigma 2^30 on (outside constant-time
+below 2^62, and discrete_gaussian proposes from them from sigma 2^31 on (outside constant-time
 mode). Checked here: the int64 and Python-integer assemblies give the same integers; the laws are
 the exact ones (against exact probabilities, at real scales across the split and at small scales
 where the low part is far from uniform); the dtype rules; the routing.
@@ -103,7 +103,7 @@ def check_geometric_law(draws: np.ndarray, scale: float, rate: float) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scale", [2.0**30, 2.0**31 * 1.37, 2.0**45, 2.0**55 * 1.9])
+@pytest.mark.parametrize("scale", [2.0**31, 2.0**32 * 1.37, 2.0**45, 2.0**55 * 1.9])
 @pytest.mark.parametrize("sampler", [geometric_units, discrete_laplace_units])
 def test_int64_and_object_assembly_give_the_same_draws(sampler, scale, monkeypatch):
     """The same seed, with the int64 assembly disabled (no draw counts as fitting), gives the same
@@ -141,7 +141,7 @@ def test_object_assembly_over_several_chunks_returns_int64_when_it_fits(monkeypa
 
 
 @pytest.mark.statistical
-@pytest.mark.parametrize("scale", [2.0**29 * 1.9, 2.0**30, 2.0**31, 2.0**33 * 1.37, 2.0**37 * 1.01, 2.0**45 * 1.7])
+@pytest.mark.parametrize("scale", [2.0**30 * 1.9, 2.0**31, 2.0**32, 2.0**33 * 1.37, 2.0**37 * 1.01, 2.0**45 * 1.7])
 def test_geometric_units_law_across_the_split(scale):
     draws = geometric_units(scale, 200_000, InsecureSeededRandom(10))
     check_geometric_law(draws, scale, FALSE_POSITIVE_RATE)
@@ -282,7 +282,7 @@ def test_discrete_gaussian_routed_through_the_two_part_proposals_at_a_small_sigm
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scale", [2.0**30, 2.0**36, 2.0**40, 2.0**50, 2.0**55])
+@pytest.mark.parametrize("scale", [2.0**31, 2.0**36, 2.0**40, 2.0**50, 2.0**55])
 def test_two_part_draws_are_int64_in_the_fitting_range(scale):
     assert geometric_units(scale, 10_000, InsecureSeededRandom(16)).dtype == np.int64
     assert discrete_laplace_units(scale, 10_000, InsecureSeededRandom(16)).dtype == np.int64
@@ -307,10 +307,10 @@ def test_int64_results_stay_below_2_62():
 
 
 def test_below_the_split_the_one_part_samplers_draw():
-    """The documented contract: below 2^30, geometric_units / discrete_laplace_units are geometric /
+    """The documented contract: below 2^31, geometric_units / discrete_laplace_units are geometric /
     discrete_laplace, draw for draw; discrete_gaussian keeps its one-part path."""
-    scale = 2.0**30 * 0.99
-    assert _samplers._split_bits(scale) == 0 and _samplers._split_bits(2.0**30) == 1
+    scale = 2.0**31 * 0.99
+    assert _samplers._split_bits(scale) == 0 and _samplers._split_bits(2.0**31) == 1
     assert np.array_equal(
         geometric_units(scale, 5000, InsecureSeededRandom(18)), geometric(scale, 5000, rng=InsecureSeededRandom(18))
     )
@@ -321,18 +321,18 @@ def test_below_the_split_the_one_part_samplers_draw():
 
 
 def test_discrete_gaussian_routing(monkeypatch):
-    """sigma >= 2^30 takes the two-part proposals, except in constant-time mode (no exact fallback there:
-    its one-part path up to 2^40 is unchanged); below 2^30 the one-part path."""
+    """sigma >= 2^31 takes the two-part proposals, except in constant-time mode (no exact fallback there:
+    its one-part path up to 2^40 is unchanged); below 2^31 the one-part path."""
     called: list[float] = []
     original = _samplers._discrete_gaussian_any_sigma
     monkeypatch.setattr(
         _samplers, "_discrete_gaussian_any_sigma", lambda sig, *rest: called.append(sig) or original(sig, *rest)
     )
-    discrete_gaussian(2.0**30 * 0.999, 10, rng=InsecureSeededRandom(19))
+    discrete_gaussian(2.0**31 * 0.999, 10, rng=InsecureSeededRandom(19))
     assert called == []
-    discrete_gaussian(2.0**30, 10, rng=InsecureSeededRandom(19))
-    assert called == [2.0**30]
+    discrete_gaussian(2.0**31, 10, rng=InsecureSeededRandom(19))
+    assert called == [2.0**31]
     constant = discrete_gaussian(2.0**35, 10, rng=InsecureSeededRandom(19), constant_time=True)
-    assert called == [2.0**30] and constant.dtype == np.int64
+    assert called == [2.0**31] and constant.dtype == np.int64
     discrete_gaussian(2.0**41, 10, rng=InsecureSeededRandom(19))
-    assert called == [2.0**30, 2.0**41]
+    assert called == [2.0**31, 2.0**41]

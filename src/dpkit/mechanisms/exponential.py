@@ -28,7 +28,7 @@ is about, and the gap can be exploited. Here:
    the stated one. Each Bernoulli(exp(-rate * m)) is drawn exactly, as the product of exact
    Bernoulli(exp(-rate * 2^j)) trials over the set bits j of m (``rate * 2^j`` is an exact float).
 4. Noise added to scores (report-noisy-max, sparse vector) is exact integer noise in grid units;
-   a scale of 2^30 units or more (epsilon below about 2e-3) is drawn in two exact parts, high and low bits
+   a scale of 2^31 units or more (epsilon below about 1e-3) is drawn in two exact parts, high and low bits
    (:func:`dpkit.noise.geometric_units`), and added in exact integer arithmetic.
 
 The released law is therefore exactly an exponential mechanism with epsilon at most the stated

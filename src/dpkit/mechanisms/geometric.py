@@ -15,7 +15,7 @@ two-sided geometric noise keeps the answer an integer with the same pure-DP guar
   so the guarantee is unchanged; :meth:`Geometric.output_distribution` gives the exact law.
 
 The noise is drawn exactly by :func:`dpkit.noise.discrete_laplace_units` (no floating-point gap;
-from a noise scale of 2^30 on in two exact parts, as Python integers where the draws leave int64),
+from a noise scale of 2^31 on in two exact parts, as Python integers where the draws leave int64),
 so every epsilon is accepted whose noise scale stays below :data:`dpkit.noise.MAX_RELEASE_SCALE`
 (2^1007, where intervals and quantiles stay within float64). Constant-time mode
 (``constant_time=True``) uses :func:`dpkit.noise.discrete_laplace`'s fixed-work sampler, up to 2^40.

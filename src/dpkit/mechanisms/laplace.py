@@ -18,7 +18,7 @@ draws) but by at most 10 bits (:func:`dpkit.noise.capped_grid_exponent`), so
 ``Delta + d 2^k <= (1 + 2^-10) Delta`` at every epsilon. (Unbounded coarsening made the step
 exceed Delta / d at small epsilon, and the effective sensitivity d times the step: 16.7 Delta at
 epsilon 1e-10.) A small epsilon then means a large noise in grid units, up to about 2^10 d /
-epsilon: scales from 2^30 units are drawn exactly in two parts
+epsilon: scales from 2^31 units are drawn exactly in two parts
 (:func:`dpkit.noise.discrete_laplace_units`), and the value plus the noise is an exact integer,
 rounded once to a float (:func:`dpkit.noise.add_noise_on_grid`,
 post-processing). Every epsilon in [2^-60, inf) is accepted whose noise scale stays below

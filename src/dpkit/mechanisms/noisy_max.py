@@ -59,8 +59,8 @@ class ReportNoisyMax(_SelectionMechanism):
     Dwork & Roth (2014), Sec. 3.3, Claim 3.9. Here the scores are rounded to the public grid
     2^k and the noise is exact integer noise in grid units of scale t = 2U / epsilon
     (U / epsilon with ``monotonic=True``), U = floor(Delta / 2^k) + 1, so t 2^k is within a
-    factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^30
-    grid units and more (epsilon below about 2e-3) are drawn exactly in two parts and added to the scores
+    factor 1 + 2^-20 of 2 Delta / epsilon (Delta / epsilon) at every epsilon. Scales of 2^31
+    grid units and more (epsilon below about 1e-3) are drawn exactly in two parts and added to the scores
     in exact integer arithmetic (:func:`~dpkit.noise.geometric_units`):
 
     - ``noise="exponential"`` (default): one-sided geometric noise P(Z = z) ∝ e^{-z/t}, z >= 0,

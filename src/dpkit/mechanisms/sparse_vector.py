@@ -26,7 +26,7 @@ from dpkit.noise import RandomSource, discrete_laplace_units, resolve_source
 __all__ = ["SparseVector", "SparseVectorRun"]
 
 # The query noise may reach 2^128 grid units: each query then draws about 2 x 92 exact bits
-# beyond the sampler's own 2^30 (see dpkit.noise.geometric_units). Only a max_positives beyond any use
+# beyond the sampler's own 2^31 (see dpkit.noise.geometric_units). Only a max_positives beyond any use
 # (above 2^45 at epsilon = 2^-60, 2^105 at epsilon = 1) needs more, and is refused.
 _MAX_NOISE_UNITS = 2**128
 
@@ -48,7 +48,7 @@ class SparseVector(GridSelectionMechanism):
     - 20, from the sensitivity only), the noises are exact discrete Laplace draws in grid units
     with scales rounded up from the formulas above with Delta replaced by U = floor(Delta / 2^k)
     + 1 grid units (U 2^k <= (1 + 2^-20) Delta at every epsilon), and comparisons are exact
-    integer comparisons (a noise scale of 2^30 units or more is drawn in two exact parts, see
+    integer comparisons (a noise scale of 2^31 units or more is drawn in two exact parts, see
     :func:`~dpkit.noise.geometric_units`; Python integers where the draws leave int64). Answers minus the
     threshold are clipped to +-max(2^52, 2^15 t) units, t the larger noise scale: a 1-Lipschitz
     map, so the sensitivity is kept. Lyu et al.'s proof carries over

@@ -24,7 +24,7 @@ with t >= 1/epsilon (so q >= e^-epsilon), and b' in [q, 1]. v is non-increasing 
 so any shift of at most W units changes P(Z = z) by a factor at most 1/q <= e^epsilon: the release
 is epsilon-DP exactly.
 Sampling is exact: a geometric number of steps (:func:`dpkit.noise.geometric_units`: drawn in two
-exact parts from a step scale t of 2^30, epsilon below about 1e-9), the sub-step by the
+exact parts from a step scale t of 2^31, epsilon below about 5e-10), the sub-step by the
 two-coin rejection (a rational coin from :func:`dpkit.noise.bernoulli_rational` and an exact
 Bernoulli(e^-y) from :func:`dpkit.noise.bernoulli_exp`, b' = 2^-j e^-y), a uniform position in the
 sub-step (:func:`dpkit.noise.uniform_integers`) and a fair sign, with (0, -) rejected so that 0 is
@@ -237,7 +237,7 @@ class Staircase(NumericMechanism):
             high_branch = bernoulli_rational(self._p_high_branch, batch, rng=source)
             # The lower sub-step is kept with probability e^-y (two-coin rejection).
             keep = high_branch | bernoulli_exp(self._coin_exponent, batch, rng=source)
-            # int64 while the draws fit (two exact parts from a step scale of 2^30); Python integers beyond.
+            # int64 while the draws fit (two exact parts from a step scale of 2^31); Python integers beyond.
             steps = geometric_units(self._step_scale, batch, source)
             if steps.dtype != object and int(steps.max()) >= _INT64_MAGNITUDE // width:
                 steps = steps.astype(object)  # steps * W could pass int64: exact integers instead

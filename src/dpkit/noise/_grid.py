@@ -182,6 +182,12 @@ def _grid_float(units: int, exponent: int) -> float:
     return float(units << exponent) if exponent >= 0 else units / (1 << -exponent)
 
 
+#: Magnitudes below this fit int64 twice over (the sum of two of them fits).
+_INT64_HALF = 2**62
+#: Scaling an integer by 2^k with k at least this is exact unless it overflows (no subnormal result).
+_SMALLEST_NORMAL_EXPONENT = -1022
+
+
 def _below(noise: NDArray[Any], bound: int) -> bool:
     """Whether every integer in a non-empty int64 array has magnitude below ``bound``."""
     return -bound < int(noise.min()) and int(noise.max()) < bound
@@ -194,8 +200,9 @@ def add_noise_on_grid(snapped: NDArray[np.float64], noise: NDArray[Any], exponen
     largest finite float: a function of the exact integer sum only, so post-processing of an
     exactly private integer. Shapes broadcast (``snapped`` of one release, ``noise`` of ``count``
     rows). int64 noise below 2^53 (exact as a float) takes numpy's float addition, which rounds
-    the exact sum in the same way; other noise (Python integers from
-    :func:`~dpkit.noise.discrete_laplace_units`) is added in exact integer arithmetic.
+    the exact sum in the same way; int64 noise below 2^62 with grid multiples below 2^62 units
+    (and a grid of at least 2^-1022) is summed exactly in int64 and cast once; other noise (Python
+    integers from :func:`~dpkit.noise.discrete_laplace_units`) is added in exact integer arithmetic.
 
     >>> add_noise_on_grid(np.array([0.25, 1.0]), np.array([3, -8]), -2).tolist()
     [1.0, -1.0]
@@ -209,6 +216,14 @@ def add_noise_on_grid(snapped: NDArray[np.float64], noise: NDArray[Any], exponen
         # A sum beyond the float range rounds to +-inf: the saturating rounding makes it +-max float.
         return np.clip(total, -_LARGEST_FLOAT, _LARGEST_FLOAT)
     units = np.ldexp(base, -exponent)  # finite integer-valued floats (snap_to_grid's limit): exact integers
+    if noise.dtype != object and exponent >= _SMALLEST_NORMAL_EXPONENT and _below(noise, _INT64_HALF):
+        if units.size == 0 or float(np.max(np.abs(units))) < float(_INT64_HALF):
+            # Both below 2^62: the exact sum fits int64; its cast to float64 is one correct rounding,
+            # and scaling by 2^exponent >= 2^-1022 is exact (a normal result) or overflows to +-inf.
+            exact = units.astype(np.int64) + noise
+            with np.errstate(over="ignore"):
+                total = np.ldexp(exact.astype(np.float64), exponent)
+            return np.clip(total, -_LARGEST_FLOAT, _LARGEST_FLOAT)
     units_b, noise_b = np.broadcast_arrays(units, np.asarray(noise, dtype=object))
     out = np.empty(units_b.shape, dtype=np.float64)
     for index in np.ndindex(units_b.shape):

@@ -10,9 +10,9 @@ that falls within the margin of a threshold (probability about ``scale * 2^-43``
 decided exactly instead: more bits of the same U are drawn and the threshold is bracketed with
 interval arithmetic (:mod:`dpkit.noise._exact`). The output distributions are therefore
 *exactly* the ideal ones, while almost all the work is a handful of numpy passes. Since that
-fraction grows with the scale, scales from 2^30 on are drawn in two exact parts
-(:func:`geometric_units`): a high part at a scale below 2^30, and low bits by exact rejection
-from uniform proposals, whose fast test (one integer comparison) leaves under 2^-29 of the draws
+fraction grows with the scale, scales from 2^31 on are drawn in two exact parts
+(:func:`geometric_units`): a high part at a scale below 2^31, and low bits by exact rejection
+from uniform proposals, whose fast test (one integer comparison) leaves under 2^-30 of the draws
 to the exact decision.
 
 Timing: the exact path runs for a vanishing fraction of draws, so its timing leaks very little.
@@ -63,11 +63,13 @@ _MAX_COUNT = float(2**62)
 _TWO_M53 = 2.0**-53
 _BATCH = 1 << 20
 _TWO_64 = 1 << 64
-# Scales below 2^30 are drawn by geometric / discrete_laplace directly (their float fast path needs
+# Scales below 2^31 are drawn by geometric / discrete_laplace directly (their float fast path needs
 # its exact fallback, about 100 us in Python, for about scale 2^-43 of the draws: 1 in 8192 at 2^30,
-# 1 in 128 at 2^36); larger ones in two exact parts (geometric_units). 2^30 is also the mechanisms'
-# largest noise in grid units, so their draws go on taking the direct path.
-_FAST_SCALE_BITS = 30
+# 1 in 4096 at 2^31, 1 in 128 at 2^36); larger ones in two exact parts (geometric_units), which cost
+# two more 64-bit words per draw (about 28 ms per 10^6 draws from the OS): below 2^31 the rare
+# fallback is cheaper. The mechanisms' noise reaches 2^30 grid units (a little more after rounding),
+# so their draws stay on the direct path.
+_FAST_SCALE_BITS = 31
 # The low part of a two-part draw is assembled in int64 chunks of this many bits.
 _CHUNK_BITS = 62
 # Two-part draws are int64 when every magnitude is below 2^(this), else Python integers.
@@ -241,7 +243,7 @@ def discrete_laplace(
 
 
 def _split_bits(scale: float) -> int:
-    """j >= 0 with scale / 2^j < 2^30 (:data:`_FAST_SCALE_BITS`): the number of low bits
+    """j >= 0 with scale / 2^j < 2^31 (:data:`_FAST_SCALE_BITS`): the number of low bits
     :func:`geometric_units` draws apart from the high part."""
     return max(0, math.frexp(scale)[1] - _FAST_SCALE_BITS)
 
@@ -255,7 +257,7 @@ def _low_chunk(
     by exact rejection: c uniform (the top stop - start bits of a 64-bit word), kept when a uniform U
     is below exp(-2^start c / scale), which is at least a = exp(-2^stop / scale). Words below
     floor(a_low 2^64), a_low a rigorous lower bound of a, accept at once; the others (probability
-    about 2^stop / scale, below 2^-29 as stop <= j) are decided exactly against
+    about 2^stop / scale, below 2^-30 as stop <= j) are decided exactly against
     :func:`~dpkit.noise._exact.exp_neg_interval`. A rejected draw takes a fresh c and U.
 
     Also returns the lowest bit of each kept proposal word (never part of c): a fair bit independent
@@ -320,14 +322,14 @@ def _two_part(scale: float, bits: int, size: int, source: RandomSource) -> tuple
 def geometric_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
     """Exact one-sided geometric noise, P(G = m) = (1 - q) q^m with q = exp(-1/scale), for any scale.
 
-    Below 2^30 this is :func:`geometric` (int64, the same draws). From 2^30 on, with j the smallest
-    integer with scale / 2^j < 2^30, G = 2^j H + L is drawn in two independent parts. For
+    Below 2^31 this is :func:`geometric` (int64, the same draws). From 2^31 on, with j the smallest
+    integer with scale / 2^j < 2^31, G = 2^j H + L is drawn in two independent parts. For
     P(G = 2^j h + l) = (1 - q) q^(2^j h) q^l, 0 <= l < 2^j, factorises: H is geometric with ratio
     q^(2^j) = exp(-1/(scale 2^-j)), drawn by :func:`geometric` at the exact float scale scale 2^-j
-    (below 2^30, where its exact fallback serves about 1 draw in 10^4), and L, independent of H, has
+    (below 2^31, where its exact fallback serves at most about 1 draw in 4,000), and L, independent of H, has
     P(L = l) proportional to q^l on [0, 2^j). Likewise L's chunks of 62 bits are independent, each
     with P(C = c) proportional to q^(2^start c): each is drawn by exact rejection from a uniform
-    proposal (:func:`_low_chunk`, acceptance above 1 - 2^-29). The law is exactly the geometric law
+    proposal (:func:`_low_chunk`, acceptance above 1 - 2^-30). The law is exactly the geometric law
     of this scale: no rounding.
 
     The result is int64 when every draw is below 2^62 (always in practice up to scales near 2^56),
@@ -336,7 +338,7 @@ def geometric_units(scale: float, size: int, rng: RandomSource | None = None) ->
     draws. The dtype is a function of the draws only.
 
     >>> from dpkit.noise import InsecureSeededRandom
-    >>> geometric_units(2.0, 5, InsecureSeededRandom(0)).tolist()  # below 2^30: geometric's draws
+    >>> geometric_units(2.0, 5, InsecureSeededRandom(0)).tolist()  # below 2^31: geometric's draws
     [0, 2, 6, 8, 0]
     >>> geometric_units(2.0**40, 3, InsecureSeededRandom(0)).dtype
     dtype('int64')
@@ -354,7 +356,7 @@ def geometric_units(scale: float, size: int, rng: RandomSource | None = None) ->
 def discrete_laplace_units(scale: float, size: int, rng: RandomSource | None = None) -> NDArray[Any]:
     """Exact discrete Laplace noise, P(X = x) = (1 - q) / (1 + q) q^|x| with q = exp(-1/scale), for any scale.
 
-    Below 2^30 this is :func:`discrete_laplace` (int64, the same draws). From 2^30 on, X = S G with
+    Below 2^31 this is :func:`discrete_laplace` (int64, the same draws). From 2^31 on, X = S G with
     G drawn as in :func:`geometric_units` at this scale and S = +-1 the fair bit independent of G
     that comes with it, the pair (S, G) = (-1, 0) rejected and both redrawn (probability
     (1 - q) / 2, about 1 / (2 scale)). A kept pair gives x != 0 with probability (1 - q) q^|x| / 2
@@ -364,7 +366,7 @@ def discrete_laplace_units(scale: float, size: int, rng: RandomSource | None = N
     :func:`geometric_units`), else Python integers.
 
     >>> from dpkit.noise import InsecureSeededRandom
-    >>> discrete_laplace_units(1.0, 6, InsecureSeededRandom(1)).tolist()  # below 2^30: discrete_laplace's draws
+    >>> discrete_laplace_units(1.0, 6, InsecureSeededRandom(1)).tolist()  # below 2^31: discrete_laplace's draws
     [-1, 0, -2, 0, -1, 1]
     >>> abs(int(discrete_laplace_units(2.0**90, 1, InsecureSeededRandom(1))[0])) < 2**110
     True
@@ -535,8 +537,8 @@ def discrete_gaussian(
     Canonne, Kamath & Steinke (2020), Algorithm 3: draw Y from the discrete Laplace law of
     scale t = floor(sigma) + 1 and keep it with probability exp(-(|Y| - sigma^2/t)^2 / (2 sigma^2)).
     Both steps are exact (see the module docstring), for every finite sigma > 0. Below
-    sigma = 2^30 (and in constant-time mode, up to sigma = 2^40, :data:`MAX_SCALE`) Y comes from
-    :func:`discrete_laplace`; from 2^30 on, from :func:`discrete_laplace_units` (two exact parts:
+    sigma = 2^31 (and in constant-time mode, up to sigma = 2^40, :data:`MAX_SCALE`) Y comes from
+    :func:`discrete_laplace`; from 2^31 on, from :func:`discrete_laplace_units` (two exact parts:
     the one-part sampler's exact fallback served 1 draw in 16 at sigma 2^39), with the acceptance
     exponent bracketed against an exact rational (:func:`_discrete_gaussian_any_sigma`). Which
     exact sampler of the same law serves which sigma changes the draws, never the law. The result
@@ -624,7 +626,7 @@ def _fit_int64(values: NDArray[Any]) -> NDArray[Any]:
 
 
 def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> NDArray[Any]:
-    """CKS Algorithm 3 for sigma >= 2^30 (outside constant-time mode): exact at any finite sigma.
+    """CKS Algorithm 3 for sigma >= 2^31 (outside constant-time mode): exact at any finite sigma.
 
     The proposal Y is discrete Laplace of scale t (P(Y = y) proportional to e^{-|y|/t}) and Y is kept
     with probability exp(-gamma), gamma = (|y| - sigma^2/t)^2 / (2 sigma^2). Since

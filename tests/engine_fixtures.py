@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 import pandas as pd
 
@@ -65,3 +67,19 @@ def far_instants(kind: str, unit: str = "pid"):
         source = frame
     opener = {"pandas": E.Session.from_pandas, "arrow": E.Session.from_arrow, "polars": E.Session.from_polars}[kind]
     return source, opener
+
+
+def exact_rank_scores(cells: list[Fraction], level: float, factor: float, floor: float = 0.0) -> list[Fraction]:
+    """The quantile / automatic-bounds scores in exact arithmetic: -factor * dist(target, [below_j,
+    below_j + cell_j]), the target level * total clipped to [min(floor, total / 2), max(total - floor,
+    total / 2)] (the automatic bounds' floor; none for quantiles)."""
+    total = sum(cells, Fraction(0))
+    target = Fraction(level) * total
+    if floor:
+        half = total / 2
+        target = min(max(target, min(Fraction(floor), half)), max(total - Fraction(floor), half))
+    scores, below = [], Fraction(0)
+    for weight in cells:
+        scores.append(-Fraction(factor) * max(below - target, target - below - weight, Fraction(0)))
+        below += weight
+    return scores

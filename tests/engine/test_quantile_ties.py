@@ -17,6 +17,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 import pytest
+from engine_fixtures import exact_rank_scores
 from scipy import stats
 
 import dpkit
@@ -131,17 +132,7 @@ def test_the_backend_puts_each_value_at_its_nearest_grid_point():
 
 def exact_scores(cells: list[int], level: float, factor: float, floor: float = 0.0) -> list[Fraction]:
     """-factor * dist(target, [below_j, below_j + cell_j]) in exact arithmetic (cells in 2^-20 units)."""
-    weights = [Fraction(c, UNIT) for c in cells]
-    total = sum(weights, Fraction(0))
-    target = Fraction(level) * total
-    if floor:
-        half = total / 2
-        target = min(max(target, min(Fraction(floor), half)), max(total - Fraction(floor), half))
-    out, below = [], Fraction(0)
-    for w in weights:
-        out.append(-Fraction(factor) * max(below - target, target - below - w, Fraction(0)))
-        below += w
-    return out
+    return exact_rank_scores([Fraction(c, UNIT) for c in cells], level, factor, floor)
 
 
 @pytest.mark.parametrize("k", [1, 3])

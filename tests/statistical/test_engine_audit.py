@@ -49,6 +49,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
+from engine_fixtures import exact_rank_scores
 
 import dpkit
 from dpkit import engine as E
@@ -301,16 +302,7 @@ def exact_scores(
     max(total - floor, total / 2)] (automatic bounds' floor; none for quantiles).
     """
     cells = [Fraction(weights.get(b, 0), 2**Histogram.WEIGHT_BITS) for b in bins]
-    total = sum(cells, Fraction(0))
-    target = Fraction(level) * total
-    if floor:
-        half = total / 2
-        target = min(max(target, min(Fraction(floor), half)), max(total - Fraction(floor), half))
-    scores, below = [], Fraction(0)
-    for w in cells:
-        scores.append(-Fraction(factor) * max(below - target, target - below - w, Fraction(0)))
-        below += w
-    return scores
+    return exact_rank_scores(cells, level, factor, floor)
 
 
 # ============================================================================================

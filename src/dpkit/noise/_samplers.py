@@ -542,8 +542,9 @@ def discrete_gaussian(
     the one-part sampler's exact fallback served 1 draw in 16 at sigma 2^39), with the acceptance
     exponent bracketed against an exact rational (:func:`_discrete_gaussian_any_sigma`). Which
     exact sampler of the same law serves which sigma changes the draws, never the law. The result
-    is int64, or an object array of Python integers when a draw leaves the int64 range (in practice
-    from sigma ~ 2^57 on). ``constant_time=True`` is available up to sigma = 2^40.
+    is int64 while every draw is below 2^62 in magnitude (the two-part samplers' rule), else an
+    object array of Python integers (in practice from sigma ~ 2^57 on). ``constant_time=True`` is
+    available up to sigma = 2^40.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> discrete_gaussian(2.0, 6, rng=InsecureSeededRandom(4)).tolist()
@@ -615,16 +616,6 @@ def _over_float(numerators: NDArray[Any], denominator: float) -> NDArray[np.floa
     return quotient
 
 
-def _fit_int64(values: NDArray[Any]) -> NDArray[Any]:
-    """Integers (an int64 or object array) as int64 when every one fits, else as an object array of
-    Python integers (a function of the values only: post-processing)."""
-    if values.dtype != object:
-        return values
-    if values.size == 0 or (-(2**63) <= min(values.flat) and max(values.flat) < 2**63):
-        return values.astype(np.int64)
-    return values
-
-
 def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> NDArray[Any]:
     """CKS Algorithm 3 for sigma >= 2^31 (outside constant-time mode): exact at any finite sigma.
 
@@ -681,7 +672,7 @@ def _discrete_gaussian_any_sigma(sig: float, n: int, source: RandomSource) -> ND
         out[filled : filled + kept.size] = kept
         filled += kept.size
         acceptance = max(0.05, float(accept.mean()))
-    return _fit_int64(out)
+    return _fits_int64_result(out)
 
 
 # ---------------------------------------------------------------------------------------------

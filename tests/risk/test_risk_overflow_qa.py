@@ -13,6 +13,7 @@ import math
 import mpmath as mp
 import numpy as np
 import pytest
+from laplace_sum_reference import laplace_sum_cdf, mixture_weights
 from mp_precision import precision
 
 from dpkit import InvalidParameterError
@@ -39,14 +40,7 @@ from dpkit.risk import (
 _precision = precision(60)
 
 
-def _weights(k):
-    return [mp.binomial(k - 1 + j, j) * mp.mpf(2) ** (-(k - 1 + j)) for j in range(k)]
-
-
-def _cdf(x, k):
-    """F_k(x) = P[|S_k| <= x], S_k a sum of k standard Laplace variables (mixture of gamma laws)."""
-    x = mp.mpf(x)
-    return mp.fsum(w * mp.gammainc(k - j, 0, x, regularized=True) for j, w in enumerate(_weights(k)))
+_weights, _cdf = mixture_weights, laplace_sum_cdf
 
 
 def _rel(got, exact):

@@ -63,7 +63,7 @@ def test_an_empty_zcdp_ledger_reports_nothing_spent(tmp_path: Path, capsys: pyte
     assert main(["budget", "--ledger", str(path), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["budget"]["rho_exact"] == "1/2"
-    assert report["spent"]["kind"] == "ApproxDP" and report["spent"]["epsilon"] == 0.0
+    assert report["spent"]["kind"] == "ApproxZCDP" and report["spent"]["rho"] == 0.0
     assert report["remaining"]["kind"] == "ZCDP" and report["entries"] == []
 
 

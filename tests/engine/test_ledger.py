@@ -24,6 +24,7 @@ from dpkit.guarantees import ZCDP, ApproxDP, ApproxZCDP, NeighbourRelation, Pure
 REPLACE = NeighbourRelation.REPLACE_ONE
 KEY = b"0123456789abcdef0123456789abcdef"
 NOTHING = ApproxDP(0.0, 0.0)
+NO_RHO = ApproxZCDP(0.0, 0.0)  # nothing, in the zCDP family
 
 
 def _fork_context() -> multiprocessing.context.BaseContext:
@@ -96,10 +97,11 @@ def test_zcdp_budget_adds_rho_and_charges_pure_costs_eps_squared_over_two() -> N
     with Ledger(budget=ZCDP(0.5)) as ledger:
         for _ in range(10):
             ledger.reserve(ZCDP(0.05))
-        assert ledger.spent == ZCDP(0.5) and ledger.remaining == NOTHING
+        assert ledger.spent == ZCDP(0.5) and ledger.remaining == NO_RHO
+        assert ledger.remaining.rho == 0.0  # an exhausted zCDP ledger still reads as rho
         with pytest.raises(BudgetExceededError) as refused:
             ledger.reserve(ZCDP(0.05))
-        assert refused.value.requested == ZCDP(0.05) and refused.value.remaining == NOTHING
+        assert refused.value.requested == ZCDP(0.05) and refused.value.remaining == NO_RHO
         assert len(ledger.entries()) == 10
     with Ledger(budget=ZCDP(0.5)) as ledger:
         ledger.reserve(PureDP(0.6))  # 0.18
@@ -108,7 +110,7 @@ def test_zcdp_budget_adds_rho_and_charges_pure_costs_eps_squared_over_two() -> N
         assert ledger.can_afford(PureDP(0.8))  # exactly 0.32
         assert ledger.remaining_after(PureDP(0.81)) is None
         assert ledger.remaining_after(PureDP(0.2)) == ZCDP(0.3)  # 0.32 - 0.02, exactly
-        assert ledger.remaining_after(PureDP(0.8)) == NOTHING and len(ledger.entries()) == 1
+        assert ledger.remaining_after(PureDP(0.8)) == NO_RHO and len(ledger.entries()) == 1
         entry = ledger.reserve(PureDP(0.8), description="exactly the rest")
         assert entry.cost == PureDP(0.8)  # the entry keeps the cost as requested
         assert ledger.spent == ZCDP(0.5)

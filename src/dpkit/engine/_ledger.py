@@ -22,10 +22,11 @@ Thm. 1). It is the tight budget for Gaussian queries over private group keys: ea
 pays only for key selection, and the zCDP-to-(epsilon, delta) conversion is paid once, by the
 whole ledger (``ApproxZCDP.to_approx``), not once per query.
 
-Zero values: ``PureDP`` and ``ZCDP`` need a positive parameter, so "nothing" is reported as
-``ApproxDP(0, 0)``, the guarantee of releasing nothing: :attr:`Ledger.spent` of an empty
-PureDP or ZCDP ledger, and :attr:`Ledger.remaining` of an exhausted one. Otherwise both have the
-budget's kind (an ApproxZCDP ledger reports ``ApproxZCDP(0, 0)``).
+Zero values: ``PureDP`` and ``ZCDP`` need a positive parameter, so "nothing" is reported in the
+nearest kind that has a zero, the guarantee of releasing nothing: ``ApproxDP(0, 0)`` for a PureDP
+ledger (its ``.epsilon`` reads 0) and ``ApproxZCDP(0, 0)`` for a ZCDP ledger (its ``.rho`` reads 0),
+as :attr:`Ledger.spent` of an empty ledger and :attr:`Ledger.remaining` of an exhausted one.
+Otherwise both have the budget's kind (an ApproxZCDP ledger reports ``ApproxZCDP(0, 0)``).
 
 What a ledger certifies is its budget: the whole interaction, however each query was chosen, is
 within it. :attr:`Ledger.spent` is exact bookkeeping of the debits; for pure and (epsilon, delta)
@@ -385,10 +386,12 @@ def _spent_guarantee(totals: _Totals, budget: Guarantee) -> Guarantee:
         return ApproxDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
     if isinstance(budget, ApproxZCDP):  # ApproxZCDP(0, 0) is a valid value: nothing spent, or left
         return ApproxZCDP(totals[0], totals[1], relation)  # type: ignore[arg-type]
+    if isinstance(budget, ZCDP):  # zero stays in the zCDP family, so .rho reads 0
+        if totals[0] == 0:
+            return ApproxZCDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
+        return ZCDP(totals[0], relation)  # type: ignore[arg-type]
     if totals[0] == 0:
         return ApproxDP(Fraction(0), Fraction(0), relation)  # type: ignore[arg-type]
-    if isinstance(budget, ZCDP):
-        return ZCDP(totals[0], relation)  # type: ignore[arg-type]
     return PureDP(totals[0], relation)  # type: ignore[arg-type]
 
 
@@ -834,13 +837,13 @@ class Ledger:
 
     @property
     def spent(self) -> Guarantee:
-        """Everything debited, composed exactly in the budget's kind (ApproxDP(0, 0) while nothing is)."""
+        """Everything debited, composed exactly in the budget's kind (a zero guarantee while nothing is)."""
         position = self._transaction(self._check_tail, immediate=False)
         return _spent_guarantee(position.totals, self.budget)
 
     @property
     def remaining(self) -> Guarantee:
-        """Budget minus spent, exactly, clamped at 0: the budget's kind, or ApproxDP(0, ...) once exhausted."""
+        """Budget minus spent, exactly, clamped at 0: the budget's kind, or its zero once exhausted (module notes)."""
         position = self._transaction(self._check_tail, immediate=False)
         return _remaining_guarantee(position.totals, self.budget)
 

@@ -103,8 +103,10 @@ def test_to_dict_is_strict_json_and_writes_public_keys_losslessly(column, keys, 
     assert _strict(summary) == summary
     assert [row[column] for row in summary["rows"]] == expected
     assert summary["group_types"] == {column: session.columns[column].type}
-    # released values stay numbers; a quantile's interval ends (NaN) are null
-    assert all(isinstance(row["n"], float) and row["m_low"] is None for row in summary["rows"])
+    # released values stay numbers (a count an integer); a quantile's interval ends (NaN) are null
+    assert all(type(row["n"]) is int and type(row["n_high"]) is int for row in summary["rows"])
+    assert all(isinstance(row["m"], float) and row["m_low"] is None for row in summary["rows"])
+    assert summary["value_types"] == {"n": "BIGINT", "n_low": "BIGINT", "n_high": "BIGINT"}
 
 
 def test_a_nan_key_and_a_null_key_stay_distinct_in_to_dict():
@@ -231,7 +233,9 @@ def test_the_frames_have_the_same_types_with_and_without_rows(column):
     key = "x_bin" if column == "bins" else column
     assert schema.field(key).type == (pa.string() if column == "bins" else EXPECTED_TYPES[column])
     keys = {key, "s"} if column == "bins" else {key}
-    assert all(schema.field(name).type == pa.float64() for name in schema.names if name not in keys)
+    counts = {name for name in schema.names if name.split("_")[0] == "n"} - keys
+    assert counts and all(schema.field(name).type == pa.int64() for name in counts)
+    assert all(schema.field(name).type == pa.float64() for name in schema.names if name not in keys | counts)
     assert full.to_polars().schema == empty.to_polars().schema == pl.from_arrow(schema.empty_table()).schema
     assert dict(full.to_pandas().dtypes) == dict(empty.to_pandas().dtypes)
 
@@ -303,3 +307,15 @@ def test_a_read_only_result_still_copies_pickles_and_replaces():
             twin.alpha = 0.5  # type: ignore[misc]
     changed = dataclasses.replace(result, alpha=0.5)
     assert changed.alpha == 0.5 and result.alpha != 0.5
+
+
+def test_counts_are_int64_and_fall_back_to_float64_only_beyond_two_to_the_63():
+    session = _session()
+    counted = _release(session, session.table().agg(n=E.count()))
+    assert counted.value_types == {"n": "BIGINT", "n_low": "BIGINT", "n_high": "BIGINT"}
+    assert all(type(counted.columns[name][0]) is int for name in ("n", "n_low", "n_high"))
+    assert str(counted.to_pandas()["n"].dtype) == "int64"
+    # At epsilon 1e-30 the count's noise (scale 1e30) is beyond int64: floats, typed DOUBLE.
+    huge = session.table().agg(n=E.count()).release(epsilon=1e-30, rng=InsecureSeededRandom(3))
+    assert huge.value_types == {} and all(type(huge.columns[n][0]) is float for n in ("n", "n_low", "n_high"))
+    assert huge.to_arrow().schema.field("n_high").type == pa.float64() and huge.columns["n_high"][0] > 2.0**63

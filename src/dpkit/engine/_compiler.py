@@ -261,6 +261,18 @@ class CompiledQuery:
     def public_keys(self) -> bool:
         return self.query.public_keys
 
+    @property
+    def result_types(self) -> dict[str, str]:
+        """The released table's column types where they are not DOUBLE: each group column's
+        (``group_types``) and BIGINT for a count and its interval ends (whole numbers)."""
+        counts = {
+            column: "BIGINT"
+            for name, aggregate in self.query.aggregates
+            if aggregate.kind in ("count", "count_distinct")
+            for column in output_columns(name, aggregate)
+        }
+        return {**self.group_types, **counts}
+
     # -- mechanisms ---------------------------------------------------------------------------
 
     def _k_g(self, statistic: Statistic) -> tuple[int, int]:

@@ -535,13 +535,14 @@ def describe(
     return entry
 
 
-def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[float]]:
-    """The user's columns from the noisy statistics: value, low and high for each aggregate."""
+def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[Any]]:
+    """The user's columns from the noisy statistics: value, low and high for each aggregate
+    (counts as ints, everything else as floats)."""
     alpha = compiled.request.alpha
     values = released.values
     hw = {k[5:]: v[0] for k, v in values.items() if k.startswith("__hw:")}
     count = len(released.keys)
-    out: dict[str, list[float]] = {}
+    out: dict[str, list[Any]] = {}
 
     def half(key: str, level: float) -> float:
         """Half-width at another level for the same statistic (recomputed from the mechanism)."""
@@ -564,9 +565,12 @@ def postprocess(compiled: CompiledQuery, released: Released) -> dict[str, list[f
             # coverage) and the released count itself (which v +- h missed where h < 0.5).
             rounded = [max(0, round(v)) for v in noisy]
             ends = [_count_interval(v, h, r) for v, r in zip(noisy, rounded, strict=True)]
-            out[name] = [float(r) for r in rounded]
-            out[f"{name}_low"] = [low for low, _ in ends]
-            out[f"{name}_high"] = [high for _, high in ends]
+            counts: tuple[list[Any], ...] = (rounded, [low for low, _ in ends], [high for _, high in ends])
+            # Whole numbers, released as int64 (see Result.value_types), unless one of them does
+            # not fit (noise beyond 2^63, at an epsilon below about 1e-17): then all as float64.
+            if not all(isinstance(c, int) and abs(c) < 2**63 for column in counts for c in column):
+                counts = tuple([float(c) for c in column] for column in counts)
+            out[name], out[f"{name}_low"], out[f"{name}_high"] = counts
         elif aggregate.kind == "sum":
             key = f"sum:{column}"
             h = hw[key]
@@ -637,12 +641,13 @@ def _quotients(value: float, half: float, n_low: float, n_high: float) -> list[f
     return [(value - half) / n_low, (value - half) / n_high, (value + half) / n_low, (value + half) / n_high]
 
 
-def _count_interval(noisy: float, half: float, released: int) -> tuple[float, float]:
+def _count_interval(noisy: float, half: float, released: int) -> tuple[int | float, int | float]:
     """The interval of a released count: the integers within ``noisy +- half`` (an integer count is in
-    it exactly when it is in ``noisy +- half``) and ``released``, the rounded count, never below 0."""
+    it exactly when it is in ``noisy +- half``) and ``released``, the rounded count, never below 0.
+    Its ends are ints; floats only where ``noisy +- half`` is not finite."""
     if not math.isfinite(noisy - half) or not math.isfinite(noisy + half):
         return max(0.0, noisy - half), max(0.0, noisy + half)
-    return float(max(0, min(math.ceil(noisy - half), released))), float(max(0, math.floor(noisy + half), released))
+    return max(0, min(math.ceil(noisy - half), released)), max(0, math.floor(noisy + half), released)
 
 
 def _in_key_order(keys: list[tuple[Any, ...]], indices: list[int]) -> list[int]:

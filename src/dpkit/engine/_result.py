@@ -19,18 +19,22 @@ from dpkit.guarantees import Guarantee
 __all__ = ["Preview", "Result", "arrow_table", "expression_types", "json_value", "keep_rows"]
 
 
-def _format_table(columns: dict[str, list[Any]], limit: int = 20) -> str:
+def _format_table(columns: dict[str, list[Any]], limit: int = 20, keys: frozenset[str] = frozenset()) -> str:
+    """The first ``limit`` rows as aligned text; released numbers with thousands separators (the
+    ``keys`` columns, group keys such as a year, as they are)."""
     names = list(columns)
     rows = list(zip(*(columns[n] for n in names), strict=True)) if names else []
 
-    def cell(value: Any) -> str:
+    def cell(value: Any, key: bool) -> str:
         if isinstance(value, float):
             if math.isnan(value):
                 return "nan"
             return f"{value:,.0f}" if abs(value) >= 1000 or value.is_integer() else f"{value:.4g}"
+        if isinstance(value, int) and not isinstance(value, bool) and not key:
+            return f"{value:,}"
         return str(value)
 
-    body = [[cell(v) for v in row] for row in rows[:limit]]
+    body = [[cell(v, n in keys) for v, n in zip(row, names, strict=True)] for row in rows[:limit]]
     widths = [max([len(n)] + [len(r[i]) for r in body]) for i, n in enumerate(names)]
     lines = ["  ".join(n.rjust(w) for n, w in zip(names, widths, strict=True))]
     lines += ["  ".join(v.rjust(w) for v, w in zip(r, widths, strict=True)) for r in body]
@@ -254,29 +258,30 @@ def _arrow_array(values: list[Any], arrow_type: Any) -> Any:
         return pa.array(values)
 
 
-def _column_types(columns: Mapping[str, Any], group_types: Mapping[str, str]) -> dict[str, Any]:
+def _column_types(columns: Mapping[str, Any], types: Mapping[str, str]) -> dict[str, Any]:
     """Each column's pyarrow type, from the column types alone (never from the values).
 
-    A group column has its backend type (a binned one VARCHAR: text labels); the released values
-    and interval ends are float64. So a result has the same schema whether or not it has rows.
+    ``types`` names a column's type as the backend does: a group column's backend type (a binned
+    one VARCHAR: text labels), BIGINT for a count and its interval ends; any other column (a
+    released value or interval end) is float64. So a result has the same schema with or without rows.
     """
     import pyarrow as pa
 
-    return {name: _arrow_type(group_types[name]) if name in group_types else pa.float64() for name in columns}
+    return {name: _arrow_type(types[name]) if name in types else pa.float64() for name in columns}
 
 
-def arrow_table(columns: Mapping[str, list[Any]], group_types: Mapping[str, str]) -> Any:
-    """``columns`` as a pyarrow Table, typed by ``group_types`` (see :func:`_column_types`)."""
+def arrow_table(columns: Mapping[str, list[Any]], types: Mapping[str, str]) -> Any:
+    """``columns`` as a pyarrow Table, typed by ``types`` (see :func:`_column_types`)."""
     import pyarrow as pa
 
-    types = _column_types(columns, group_types)
+    types = _column_types(columns, types)
     return pa.table(
         {name: _arrow_array(_typed_values(values, types[name]), types[name]) for name, values in columns.items()}
     )
 
 
 def keep_rows(
-    columns: Mapping[str, list[Any]], group_types: Mapping[str, str], having: tuple[str, ...]
+    columns: Mapping[str, list[Any]], types: Mapping[str, str], having: tuple[str, ...]
 ) -> dict[str, list[Any]]:
     """The released rows where every HAVING condition holds: post-processing of the noisy table.
 
@@ -294,7 +299,7 @@ def keep_rows(
     import duckdb
     import pyarrow as pa
 
-    table = arrow_table(columns, group_types)
+    table = arrow_table(columns, types)
     count = table.num_rows
     table = table.append_column("__dpkit_row", pa.array(range(count), pa.int64()))
     condition = " AND ".join(f"({c})" for c in having)
@@ -311,7 +316,7 @@ def keep_rows(
     return {name: [values[i] for i in rows] for name, values in columns.items()}
 
 
-def expression_types(columns: Iterable[str], group_types: Mapping[str, str], expressions: Iterable[str]) -> list[str]:
+def expression_types(columns: Iterable[str], types: Mapping[str, str], expressions: Iterable[str]) -> list[str]:
     """DuckDB's type of each SQL expression over the result's columns (``typeof``), bound on one
     row of typed NULLs (no released value is read): the session refuses a HAVING condition that is
     not BOOLEAN before the debit, since DuckDB would cast its value to BOOLEAN row by row.
@@ -324,7 +329,7 @@ def expression_types(columns: Iterable[str], group_types: Mapping[str, str], exp
     texts = list(expressions)
     if not texts:
         return []
-    table = arrow_table({name: [None] for name in columns}, group_types)
+    table = arrow_table({name: [None] for name in columns}, types)
     selected = ", ".join(f"typeof({text})" for text in texts)
     connection = duckdb.connect(":memory:", config={"enable_external_access": False})
     try:
@@ -364,21 +369,28 @@ class Result:
     entry_index: int | None = None
     #: Each group column's type as the backend names it (e.g. ``VARCHAR``, ``DATE``): ``to_arrow``,
     #: ``to_pandas`` and ``to_polars`` take the key columns' types from it, so a result with no rows
-    #: has the types of one with rows (released values and interval ends are always float64).
+    #: has the types of one with rows.
     group_types: dict[str, str] = field(default_factory=dict)
+    #: The released columns that are not float64: ``BIGINT`` (int64) for each count and its
+    #: interval ends, which are whole numbers (float64 only if one is beyond 2^63, at an epsilon
+    #: below about 1e-17). Every other released value and interval end is float64.
+    value_types: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # What was released is what is reported: the columns, split and bounds are read-only
         # copies, so neither the caller nor code holding the inputs can change them afterwards.
-        for name in ("columns", "budget_split", "bounds", "group_types"):
+        for name in ("columns", "budget_split", "bounds", "group_types", "value_types"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     def _group_names(self) -> list[str]:
         """The group columns (``group_types`` names each one, binned columns included)."""
         return [name for name in self.columns if name in self.group_types]
 
+    def _types(self) -> dict[str, str]:
+        return {**self.group_types, **self.value_types}
+
     def _column_types(self) -> dict[str, Any]:
-        return _column_types(self.columns, self.group_types)
+        return _column_types(self.columns, self._types())
 
     def _typed_columns(self) -> dict[str, list[Any]]:
         types = self._column_types()
@@ -386,7 +398,7 @@ class Result:
 
     def to_arrow(self) -> Any:
         """The result as a pyarrow Table (its schema comes from the column types; see ``group_types``)."""
-        return arrow_table(self.columns, self.group_types)
+        return arrow_table(self.columns, self._types())
 
     def to_pandas(self) -> Any:
         """The result as a pandas DataFrame (a copy: changing it leaves the result as released).
@@ -412,7 +424,8 @@ class Result:
         UUIDs their canonical text, BLOBs lowercase hexadecimal; a NaN or infinite float key is
         ``"NaN"``, ``"Infinity"`` or ``"-Infinity"`` and a NULL key None, so they stay distinct.
         Released values are numbers; an interval end that is NaN (quantiles have none) is None.
-        ``group_types`` names each group column's type, which tells how to read its keys back.
+        ``group_types`` names each group column's type, which tells how to read its keys back, and
+        ``value_types`` the released columns that are integers (``BIGINT``: counts and their ends).
         """
         groups = set(self._group_names())
         typed = self._typed_columns()
@@ -428,6 +441,7 @@ class Result:
             "bounds": json_value({name: list(bound) for name, bound in self.bounds.items()}),
             "budget_split": json_value([dict(split) for split in self.budget_split]),
             "group_types": types,
+            "value_types": dict(self.value_types),
         }
 
     def __len__(self) -> int:
@@ -445,7 +459,7 @@ class Result:
             for s in self.budget_split
         )
         return (
-            f"{_format_table(self.columns)}\n"
+            f"{_format_table(self.columns, keys=frozenset(self.group_types))}\n"
             f"spent {self.guarantee}; {_level_text(self.alpha)} intervals; {limits}\n"
             f"split: {split}"
         )

@@ -505,18 +505,28 @@ class Session:
                     f"{type(error).__name__} message is withheld because it can quote the data"
                 ) from None
         columns = combine(released.keys, compiled.query.group_names, postprocess(compiled, released))
+        value_types = released_types(compiled, columns)
         try:
-            arranged = arrange(keep_rows(columns, compiled.group_types, compiled.query.having), compiled.query)
+            arranged = arrange(
+                keep_rows(columns, {**compiled.group_types, **value_types}, compiled.query.having), compiled.query
+            )
         except Exception as error:  # noqa: BLE001 - about released (public) values only
             reason = first_line(error)
             raise PostProcessingError(
                 f"HAVING failed on the released table ({reason}); the release itself is in this error's "
                 f"`result` (its cost {compiled.cost} was debited)",
-                self._result(compiled, released, columns, entry),
+                self._result(compiled, released, columns, entry, value_types),
             ) from None
-        return self._result(compiled, released, arranged, entry)
+        return self._result(compiled, released, arranged, entry, value_types)
 
-    def _result(self, compiled: CompiledQuery, released: Any, columns: dict[str, list[Any]], entry: Any) -> Result:
+    def _result(
+        self,
+        compiled: CompiledQuery,
+        released: Any,
+        columns: dict[str, list[Any]],
+        entry: Any,
+        value_types: dict[str, str],
+    ) -> Result:
         return Result(
             columns=columns,
             guarantee=compiled.cost,
@@ -527,6 +537,7 @@ class Session:
             description=compiled.query.describe(),
             entry_index=getattr(entry, "index", None),
             group_types=dict(compiled.group_types),
+            value_types=value_types,
         )
 
     def close(self) -> None:
@@ -586,6 +597,13 @@ class Session:
         )
 
 
+def released_types(compiled: CompiledQuery, columns: dict[str, list[Any]]) -> dict[str, str]:
+    """``Result.value_types``: BIGINT for each count column that postprocessing left whole (all but
+    counts beyond 2^63)."""
+    counts = {name: kind for name, kind in compiled.result_types.items() if name not in compiled.group_types}
+    return {name: kind for name, kind in counts.items() if all(isinstance(v, int) for v in columns.get(name, ()))}
+
+
 def _bind_having(compiled: CompiledQuery) -> None:
     """Check the HAVING conditions before the debit, on no released value.
 
@@ -604,9 +622,9 @@ def _bind_having(compiled: CompiledQuery) -> None:
     shown = " AND ".join(_shown_condition(condition) for condition in query.having)
     nulls = {name: [None] for name in query.result_columns}
     try:
-        keep_rows(nulls, compiled.group_types, query.having)
+        keep_rows(nulls, compiled.result_types, query.having)
         checks = [check for condition in query.having for check in _truth_operands(condition)]
-        kinds = expression_types(query.result_columns, compiled.group_types, [text for text, _ in checks])
+        kinds = expression_types(query.result_columns, compiled.result_types, [text for text, _ in checks])
     except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
         reason = first_line(error)
         raise InvalidParameterError("having", shown, f"cannot be evaluated on the result ({reason})") from None
@@ -625,11 +643,11 @@ def _bind_having(compiled: CompiledQuery) -> None:
     rows = {name: [key[i] for key in keys] for i, name in enumerate(names)}
     rows.update({name: [None] * len(keys) for name in query.result_columns if name not in rows})
     try:
-        arrow_table(rows, compiled.group_types)
+        arrow_table(rows, compiled.result_types)
     except Exception:  # noqa: BLE001 - keys this check cannot type are checked by the release itself
         return
     try:
-        keep_rows(rows, compiled.group_types, query.having)
+        keep_rows(rows, compiled.result_types, query.having)
     except Exception as error:  # noqa: BLE001 - the keys are public: the message may quote them
         reason = first_line(error)
         raise InvalidParameterError(

@@ -604,6 +604,13 @@ class DuckDBBackend:
             # debit, because of that one line. ignore_errors leaves such a line out instead (same
             # types, no measurable cost).
             options = ", ignore_errors = true" if kind == "csv" else ""
+            # Parquet writers leave NaN out of a column's min/max (as the format asks), and DuckDB
+            # 2.0 by default trusts them: `x = 'NaN'::DOUBLE`, `x > max`, even isnan(x) inside the
+            # clamping were folded to false, so NaN rows were dropped from WHERE or clamped to the
+            # upper bound instead of the fill value, unlike the same table from Arrow or pandas
+            # (duckdb/duckdb#25521). can_have_nan keeps NaN possible outside min/max.
+            if kind == "parquet":
+                options = ", can_have_nan = true"
             if kind == "parquet":
                 self._refuse_mixed_parquet_schemas(path)
             self._connection.execute(
@@ -869,6 +876,9 @@ _SPARK_SETTINGS = {
     # driver's memory with these settings (Spark 4.1 and later; an older Spark keeps them as unused keys).
     "spark.sql.parser.manageParserCaches": "true",
     "spark.sql.parser.parserDfaCacheFlushRatio": "10",
+    # Parquet min/max statistics leave NaN out; with filters pushed into the Parquet reader, Spark
+    # skipped the row groups holding the NaN rows of `x = CAST('NaN' AS DOUBLE)` or `x > max`.
+    "spark.sql.parquet.filterPushdown": "false",
 }
 
 

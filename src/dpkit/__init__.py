@@ -13,6 +13,7 @@ True
 
 from dpkit import audit, engine, events, guarantees, mechanisms, noise
 from dpkit._errors import (
+    AccuracyWarning,
     BudgetExceededError,
     DPError,
     InternalError,
@@ -52,6 +53,7 @@ __all__ = [
     "Exponential",
     "Gaussian",
     "Geometric",
+    "AccuracyWarning",
     "InternalError",
     "InvalidParameterError",
     "Laplace",

@@ -70,6 +70,11 @@ class PrivacyWarning(UserWarning):
     """A legal but risky privacy setting (for example epsilon > 5, or delta >= 1/n)."""
 
 
+class AccuracyWarning(UserWarning):
+    """A release that is private as stated but less accurate than its parameters suggest (for
+    example automatic bounds that reached the largest value they can take)."""
+
+
 class QueryFailedError(DPError, RuntimeError):
     """A private query failed while running, after its cost was debited (the debit is kept).
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import sys
 import warnings
 from fractions import Fraction
 from typing import Any
@@ -23,6 +25,7 @@ __all__ = [
     "check_integer",
     "check_positive",
     "check_probability",
+    "outside_stacklevel",
     "warn_if_risky",
 ]
 
@@ -149,11 +152,26 @@ def as_fraction(value: float | int | Fraction) -> Fraction:
     return Fraction(repr(float(value)))
 
 
+_PACKAGE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def outside_stacklevel() -> int:
+    """The ``stacklevel`` for a ``warnings.warn`` made by the caller of this function that points at
+    the first frame outside dpkit: the user's line, however deep inside dpkit the warning arose."""
+    frame = sys._getframe(1)  # the function that warns: stacklevel 1
+    level = 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 def warn_if_risky(epsilon: float, *, delta: float = 0.0, n: int | None = None) -> None:
-    """Warn (PrivacyWarning) for settings that are legal but weak: epsilon > 5 or delta >= 1/n."""
+    """Warn (PrivacyWarning, at the caller's line outside dpkit) for settings that are legal but
+    weak: epsilon > 5 or delta >= 1/n."""
     if epsilon > RISKY_EPSILON:
-        warnings.warn(f"epsilon={epsilon} exceeds {RISKY_EPSILON}: the guarantee is weak", PrivacyWarning, stacklevel=3)
+        message = f"epsilon={epsilon} exceeds {RISKY_EPSILON}: the guarantee is weak"
+        warnings.warn(message, PrivacyWarning, stacklevel=outside_stacklevel())
     if n is not None and n > 0 and delta >= 1.0 / n:
-        warnings.warn(
-            f"delta={delta} >= 1/n={1.0 / n}: a mechanism could publish a whole record", PrivacyWarning, stacklevel=3
-        )
+        message = f"delta={delta} >= 1/n={1.0 / n}: a mechanism could publish a whole record"
+        warnings.warn(message, PrivacyWarning, stacklevel=outside_stacklevel())

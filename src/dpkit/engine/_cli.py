@@ -507,7 +507,8 @@ def _run_query(args: argparse.Namespace) -> int:
         print(json.dumps(json_value(summary), indent=2, allow_nan=False))
     else:
         unit = f"privacy unit {session.privacy_unit!r}" if session.privacy_unit else "privacy unit: one row"
-        print(f"{session!r}\n{unit}; {result.description}\n")
+        table = args.table if args.table is not None else _stem(path)
+        print(f"table {table!r} ({args.backend}), {unit}; {result.description}\n")
         print(result)
         print(f"remaining budget: {session.remaining}")
     return status

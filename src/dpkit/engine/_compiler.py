@@ -1377,6 +1377,9 @@ def _rho_for(epsilon: Fraction, delta: Fraction) -> Fraction:
     return rho
 
 
+_KIND_NAMES = {"mean": "mean (AVG)", "variance": "variance", "stddev": "standard deviation", "quantiles": "quantile"}
+
+
 def _accuracy_shares(
     statistics: tuple[Statistic, ...],
     query: Query,
@@ -1396,7 +1399,11 @@ def _accuracy_shares(
     for name, aggregate in query.aggregates:
         if aggregate.kind not in ("count", "count_distinct", "sum"):
             raise InvalidParameterError(
-                "accuracy", targets, f"accuracy targets apply to counts and sums; {name!r} is {aggregate.kind}"
+                "accuracy",
+                targets,
+                f"accuracy targets apply to queries of counts and sums only, whose noise does not depend on "
+                f"the data; this query's {name!r} is a {_KIND_NAMES.get(aggregate.kind, aggregate.kind)}, "
+                "whose interval does: give epsilon= instead, or ask for its SUM and COUNT with targets and divide",
             )
         target = targets.get(name) if isinstance(targets, dict) else targets
         if target is None:

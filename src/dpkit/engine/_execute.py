@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._errors import AccuracyWarning, InternalError, InvalidParameterError, PrivacyWarning
+from dpkit._validation import outside_stacklevel
 from dpkit.engine._aggregation import AggregationResult, Histogram, quantile_grid
 from dpkit.engine._backends import Backend
 from dpkit.engine._compiler import (
@@ -105,6 +106,19 @@ def _auto_bounds(
 
 #: The largest magnitude of an automatic bound (the fixed-point sums need |bound| <= 2^60).
 _AUTO_CAP = math.ldexp(1.0, 59)
+
+
+def _warn_at_cap(column: str, bounds: tuple[float, float]) -> None:
+    """AccuracyWarning when an automatic bound is +-2^59, the largest it can be: the column's values
+    may lie beyond it, and the release then clamps them there (post-processing of the bounds)."""
+    if max(abs(bounds[0]), abs(bounds[1])) >= _AUTO_CAP:
+        warnings.warn(
+            f"automatic bounds for {column!r} are {bounds}, at the largest an automatic bound can be "
+            f"(+-2^59, since the fixed-point sums need |bound| <= 2^60): values beyond it were clamped "
+            f"there; rescale it in the query (e.g. AVG({column} / 1e9), with bounds named after the aggregate)",
+            AccuracyWarning,
+            stacklevel=outside_stacklevel(),
+        )
 
 
 def auto_bound_candidates(splits: list[float]) -> list[float]:
@@ -398,6 +412,7 @@ def execute(compiled: CompiledQuery, backend: Backend, rng: RandomSource) -> Rel
         if statistic.kind == "auto":
             bounds[statistic.column or ""] = _auto_bounds(compiled, statistic, backend, salt, rng)
             split.append(describe(compiled, statistic, compiled.mechanism(statistic, 1), None))
+            _warn_at_cap(statistic.column or "", bounds[statistic.column or ""])
 
     plan = aggregation_plan(compiled, bounds, salt)
     result = backend.run(plan)

@@ -29,7 +29,9 @@ def _format_table(columns: dict[str, list[Any]], limit: int = 20, keys: frozense
         if isinstance(value, float):
             if math.isnan(value):
                 return "nan"
-            return f"{value:,.0f}" if abs(value) >= 1000 or value.is_integer() else f"{value:.4g}"
+            if abs(value) >= 1e6 or value.is_integer():
+                return f"{value:,.0f}"
+            return f"{value:,.6g}" if abs(value) >= 1000 else f"{value:.4g}"  # 35,497.1: a tenth shows
         if isinstance(value, int) and not isinstance(value, bool) and not key:
             return f"{value:,}"
         return str(value)
@@ -505,7 +507,9 @@ class Preview:
         return pd.DataFrame(list(self.statistics))
 
     def __str__(self) -> str:
-        names = list(self.statistics[0]) if self.statistics else []
+        # Every row's fields, in order of first appearance (a statistic whose bounds are automatic
+        # has no scale or half-width yet, and listed first it hid the others' columns).
+        names = list(dict.fromkeys(name for row in self.statistics for name in row))
         columns = {n: [s.get(n, "") for s in self.statistics] for n in names}
         verdict = "fits the remaining budget" if self.affordable else "EXCEEDS the remaining budget"
         return f"cost {self.guarantee} ({verdict})\n{_format_table(columns)}"

@@ -23,7 +23,18 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
 from dpkit._validation import check_delta, check_integer, check_probability
-from dpkit.mechanisms import Mechanism
+from dpkit.mechanisms import (
+    DiscreteGaussian,
+    DiscreteLaplace,
+    Exponential,
+    Gaussian,
+    Geometric,
+    Laplace,
+    Mechanism,
+    NumericMechanism,
+    RandomizedResponse,
+    Staircase,
+)
 from dpkit.noise import RandomSource, resolve_source
 
 __all__ = ["AuditResult", "LowBitResult", "estimate_epsilon", "low_bit_test", "on_grid"]
@@ -135,11 +146,83 @@ def _hits(candidate: _Candidate, values: NDArray[Any], user: bool) -> int:
     return int(np.count_nonzero(mask))
 
 
+# Mechanism classes whose ``release_repeated`` was checked against their ``release``: the same
+# validation of the value, the same snapping to the public grid, the same exact integer noise
+# sampler (independent draws, so one call for ``count`` draws has the law of ``count`` calls), the
+# same rounding of each exact sum (``add_noise_on_grid`` rounds every coordinate on its own) and,
+# for Geometric, the same clamping (its repeated release calls its own ``release`` on a batch).
+# Exact types only: a subclass may override ``release`` without the vectorized helper following.
+_REPEATABLE: frozenset[type[Mechanism]] = frozenset(
+    {Laplace, Gaussian, Staircase, DiscreteGaussian, DiscreteLaplace, Geometric}
+)
+
+# Score cells (rows x candidates) handed to one ``Exponential.release_rows`` call: bounds its memory.
+_ROWS_CELLS = 1 << 21
+
+
+def _batch_path(mechanism: Mechanism) -> str | None:
+    """Which vectorized form of ``mechanism`` draws exactly the law of repeated ``release`` calls.
+
+    ``"repeated"``: ``release_repeated(value, count)``; ``"batch"``: randomized response on a batch
+    of copies of one category (its ``release`` reports every entry of a batch independently);
+    ``"rows"``: ``Exponential.release_rows`` on copies of one score vector (each row has exactly the
+    law of ``release``); None: one ``release`` call per sample.
+    """
+    kind = type(mechanism)
+    # A method patched onto the instance (a wrapped or deliberately broken release) is what must be
+    # audited: the class's vectorized helpers would bypass it.
+    if any(callable(getattr(kind, name, None)) for name in getattr(mechanism, "__dict__", {})):
+        return None
+    if kind in _REPEATABLE:
+        # Constant-time discrete Laplace refuses batches larger than its ``dimension``.
+        if isinstance(mechanism, DiscreteLaplace) and mechanism.constant_time:
+            return None
+        return "repeated"
+    if kind is RandomizedResponse:
+        # numpy reads a batch of tuple labels as a 2-D array: keep their per-call stacking.
+        return None if getattr(mechanism, "_tuple_labels", True) else "batch"
+    if kind is Exponential:
+        return "rows"
+    return None
+
+
+def _draw_mechanism(mechanism: Mechanism, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
+    """``count`` independent outputs of ``mechanism.release(value)``, vectorized where the law allows.
+
+    Every path draws from ``source``, so a seeded source still makes the audit reproducible. The
+    batch and row paths take the first sample from ``release`` itself, which validates ``value``
+    exactly as a plain call does (same error) and tells a single category or score vector apart.
+    """
+    path = _batch_path(mechanism)
+    if path == "repeated" and isinstance(mechanism, NumericMechanism):
+        return np.asarray(mechanism.release_repeated(value, count, rng=source))
+    if path is None:
+        return np.asarray([mechanism.release(value, rng=source) for _ in range(count)])
+    first = mechanism.release(value, rng=source)
+    rest = count - 1
+    if path == "batch" and isinstance(mechanism, RandomizedResponse) and np.ndim(first) == 0:
+        batch = np.asarray(mechanism.release([value] * rest, rng=source))
+        if batch.shape == (rest,):
+            # Stacked from Python labels, as the per-call outputs are: the same array and dtype.
+            return np.asarray([first, *batch.tolist()])
+    if path == "rows" and isinstance(mechanism, Exponential):
+        scores = np.asarray(value)
+        if scores.ndim == 1:
+            per_call = max(1, _ROWS_CELLS // scores.size)
+            outputs = [first]
+            for start in range(0, rest, per_call):
+                rows = np.broadcast_to(scores, (min(per_call, rest - start), scores.size))
+                outputs.extend(mechanism.release_rows(rows, rng=source))
+            return np.asarray(outputs)
+    # A batch dropped above was dropped for its shape, which the value fixes, not the draws: the
+    # samples kept are still independent draws of the release's law.
+    return np.asarray([first, *(mechanism.release(value, rng=source) for _ in range(rest))])
+
+
 def _draw(release: Any, value: Any, count: int, source: RandomSource, vectorized: bool) -> NDArray[Any]:
     """``count`` outputs of ``release`` on ``value``, stacked along the first axis."""
     if isinstance(release, Mechanism):
-        outputs = [release.release(value, rng=source) for _ in range(count)]
-        return np.asarray(outputs)
+        return _draw_mechanism(release, value, count, source)
     if vectorized:
         batch = np.asarray(release(value, source, count))
         if batch.ndim == 0 or batch.shape[0] != count:
@@ -351,10 +434,20 @@ def estimate_epsilon(
     Parameters
     ----------
     release:
-        A dpkit :class:`~dpkit.mechanisms.Mechanism` (called as ``release.release(value, rng=rng)``)
-        or a callable ``(value, rng) -> output``; with ``vectorized=True`` a callable
-        ``(value, rng, size) -> outputs`` returning ``size`` independent outputs stacked on the
-        first axis (much faster for large ``samples``).
+        A dpkit :class:`~dpkit.mechanisms.Mechanism`, or a callable ``(value, rng) -> output``;
+        with ``vectorized=True`` a callable ``(value, rng, size) -> outputs`` returning ``size``
+        independent outputs stacked on the first axis (much faster for large ``samples``).
+        A mechanism's samples are drawn with its own vectorized sampler where one draws exactly
+        the law of ``samples`` independent ``release(value, rng=rng)`` calls (the same
+        validation, grid snapping, exact integer noise, rounding and clamping), so the contract
+        below is unchanged: :class:`~dpkit.mechanisms.Laplace`, ``Gaussian``, ``Staircase``,
+        ``DiscreteGaussian``, ``DiscreteLaplace`` and ``Geometric`` through ``release_repeated``
+        (except constant-time discrete Laplace and geometric); ``RandomizedResponse`` on one
+        category (without tuple labels) through one ``release`` of a batch of copies;
+        ``Exponential`` on one score vector through ``release_rows`` on copies of it. Any other
+        mechanism (subclasses included), or an instance with a method patched onto it, is called
+        once per sample: ``release.release(value, rng=rng)``. ``vectorized`` is ignored for a
+        mechanism.
     input_a, input_b:
         The two neighbouring inputs.
     samples:
@@ -493,7 +586,9 @@ def low_bit_test(
     ``x`` while ``Y`` alone keeps bits far below it near 0.
 
     ``passed`` is ``p_value >= alpha``. ``release``, ``rng`` and ``vectorized`` are as for
-    :func:`estimate_epsilon`; vector outputs contribute every coordinate.
+    :func:`estimate_epsilon` (a mechanism's outputs come from its vectorized sampler where that
+    draws the law of its ``release``, as described there); vector outputs contribute every
+    coordinate.
 
     >>> from dpkit.noise import InsecureSeededRandom, discrete_laplace, snap_to_grid
     >>> def grid_release(x, rng, size):

@@ -270,7 +270,7 @@ def test_discrete_laplace_at_extremes(sensitivity, epsilon):
 )
 def test_discrete_laplace_from_accuracy_at_extremes(accuracy, alpha, sensitivity):
     """Smallest epsilon (to 1e-9) at accuracies 0 .. 1e12; catches a bracket that misses the root."""
-    mechanism = timed(lambda: DiscreteLaplace.from_accuracy(accuracy, alpha, sensitivity=sensitivity))
+    mechanism = timed(lambda: DiscreteLaplace.from_accuracy(sensitivity, accuracy, alpha))
     assert mechanism.noise_quantile(alpha) <= accuracy
     assert DiscreteLaplace(sensitivity, mechanism.epsilon * (1 - 1e-9)).noise_quantile(alpha) > accuracy
 

@@ -365,7 +365,7 @@ def test_truncated_interval_is_clipped_and_covers():
 
 def test_from_accuracy_is_tight():
     for accuracy, alpha in ((10, 0.05), (3, 0.01), (0, 0.4)):
-        mechanism = DiscreteLaplace.from_accuracy(accuracy, alpha)
+        mechanism = DiscreteLaplace.from_accuracy(1, accuracy, alpha)
         assert mechanism.noise_quantile(alpha) <= accuracy
         weaker = DiscreteLaplace(1, mechanism.epsilon * (1 - 1e-6))
         assert weaker.noise_quantile(alpha) > accuracy

@@ -60,7 +60,7 @@ def test_discrete_laplace_from_accuracy_high_alpha_is_met_and_least(accuracy, al
     """QA: accuracy=2, alpha=0.999 raised "could not be met (internal search failed)" although epsilon
     0.002 meets it. The result meets the target (exactly, against mpmath) and the next float below it,
     and epsilon (1 - 1e-6), miss it."""
-    mechanism = DiscreteLaplace.from_accuracy(accuracy, alpha)
+    mechanism = DiscreteLaplace.from_accuracy(1, accuracy, alpha)
     h = int(mechanism.noise_quantile(alpha))
     assert h <= accuracy
     assert _exact_tail(mechanism, math.floor(accuracy)) <= alpha
@@ -72,14 +72,14 @@ def test_discrete_laplace_from_accuracy_high_alpha_is_met_and_least(accuracy, al
 def test_discrete_laplace_from_accuracy_qa_reproducer():
     """The QA case itself: epsilon 0.002 meets accuracy 2 at alpha 0.999, so the answer is at most that."""
     assert DiscreteLaplace(1, 0.002).noise_quantile(0.999) <= 2
-    mechanism = DiscreteLaplace.from_accuracy(2, 0.999)
+    mechanism = DiscreteLaplace.from_accuracy(1, 2, 0.999)
     assert mechanism.epsilon <= 0.002 and mechanism.noise_quantile(0.999) <= 2
 
 
 @pytest.mark.parametrize("sensitivity", [1, 3, 10**6])
 @pytest.mark.parametrize("alpha", [5e-324, 1e-300, 0.05, 0.9, 0.999])
 def test_discrete_laplace_from_accuracy_least_across_alphas(sensitivity, alpha):
-    mechanism = DiscreteLaplace.from_accuracy(4, alpha, sensitivity=sensitivity)
+    mechanism = DiscreteLaplace.from_accuracy(sensitivity, 4, alpha)
     assert mechanism.noise_quantile(alpha) <= 4
     assert DiscreteLaplace(sensitivity, math.nextafter(mechanism.epsilon, 0.0)).noise_quantile(alpha) > 4
 
@@ -88,7 +88,7 @@ def test_discrete_laplace_from_accuracy_least_across_alphas(sensitivity, alpha):
 def test_discrete_laplace_from_accuracy_beyond_2_40_is_found(accuracy, alpha):
     """Targets whose least epsilon has a noise scale above 2^40 were refused (the sampler's limit then);
     the mechanism now takes scales up to 2^1007, so the least epsilon is found."""
-    mechanism = DiscreteLaplace.from_accuracy(accuracy, alpha)
+    mechanism = DiscreteLaplace.from_accuracy(1, accuracy, alpha)
     assert mechanism.scale > 2.0**40 and mechanism.noise_quantile(alpha) <= accuracy
     assert DiscreteLaplace(1, math.nextafter(mechanism.epsilon, 0.0)).noise_quantile(alpha) > accuracy
 
@@ -99,7 +99,7 @@ def test_discrete_laplace_from_accuracy_below_the_smallest_epsilon_names_accurac
     their least epsilon below that limit: refused naming ``accuracy`` (it named an epsilon the caller
     never gave)."""
     with pytest.raises(InvalidParameterError, match="smallest epsilon the mechanism accepts") as caught:
-        DiscreteLaplace.from_accuracy(accuracy, alpha)
+        DiscreteLaplace.from_accuracy(1, accuracy, alpha)
     assert caught.value.name == "accuracy"
 
 

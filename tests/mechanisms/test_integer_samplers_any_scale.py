@@ -300,7 +300,7 @@ def test_interval_around_an_int64_release_beyond_2_53_covers_exactly():
 def test_discrete_laplace_from_accuracy_beyond_2_40(accuracy):
     """The least epsilon meeting a wide target: valid, and the next float below misses it. Before: refused
     ('met even at the smallest epsilon the sampler supports', noise scale 2^40)."""
-    mechanism = DiscreteLaplace.from_accuracy(accuracy=accuracy, alpha=0.05)
+    mechanism = DiscreteLaplace.from_accuracy(1, accuracy=accuracy, alpha=0.05)
     assert mechanism.noise_quantile(0.05) <= accuracy
     below = DiscreteLaplace(1, math.nextafter(mechanism.epsilon, 0.0))
     assert below.noise_quantile(0.05) > accuracy
@@ -315,7 +315,7 @@ def test_discrete_laplace_from_accuracy_beyond_2_40(accuracy):
         (lambda: DiscreteLaplace(1, 1e-13, constant_time=True), "epsilon", "constant-time"),
         (lambda: DiscreteGaussian(1, sigma=1e304), "sigma", "2\\*\\*1007"),
         (lambda: DiscreteGaussian(1e200, rho=1e-300), "rho", "2\\*\\*1007"),
-        (lambda: DiscreteLaplace.from_accuracy(accuracy=1e305, alpha=0.05), "accuracy", "below 2\\*\\*1007"),
+        (lambda: DiscreteLaplace.from_accuracy(1, accuracy=1e305, alpha=0.05), "accuracy", "below 2\\*\\*1007"),
     ],
 )
 def test_only_what_leaves_float64_is_refused_by_name(build, name, message):

@@ -1437,7 +1437,7 @@ def _accuracy_epsilon(
         warnings.simplefilter("ignore", PrivacyWarning)
         if key in ("rows", "persons"):
             sensitivity = g * (k if key == "rows" else 1)
-            epsilon = DiscreteLaplace.from_accuracy(target, request.alpha, sensitivity=sensitivity).epsilon
+            epsilon = DiscreteLaplace.from_accuracy(sensitivity, target, request.alpha).epsilon
         else:
             column = key.split(":")[1]
             given = resolved[column]

@@ -380,7 +380,7 @@ class DiscreteLaplace(IntegerNoiseMechanism):
 
     def _release_repeated(self, value: Any, count: int, source: RandomSource) -> NDArray[Any]:
         array = self._check_values(value)
-        if array.ndim != 0:
+        if array.ndim != 0 or self._constant_time:  # (constant time: at most `dimension` coordinates a call)
             return np.stack([np.asarray(self.release(array, rng=source)) for _ in range(count)])
         return np.asarray(self.release(np.full(count, int(array)), rng=source))
 
@@ -433,9 +433,12 @@ class DiscreteLaplace(IntegerNoiseMechanism):
 
     @classmethod
     def from_accuracy(
-        cls, accuracy: float, alpha: float = 0.05, *, sensitivity: int = 1, constant_time: bool = False
+        cls, sensitivity: int, accuracy: float, alpha: float, *, constant_time: bool = False
     ) -> DiscreteLaplace:
         """The mechanism with the smallest epsilon whose (1 - alpha) noise interval is within +-accuracy.
+
+        The arguments are ordered as ``Laplace.from_accuracy``'s and ``Gaussian.from_accuracy``'s
+        (sensitivity, accuracy, alpha).
 
         That is, ``noise_quantile(alpha) <= accuracy`` (P(|Z| > accuracy) <= alpha for the exact
         discrete law; ``accuracy`` >= 0, only its integer part matters since Z is an integer), for
@@ -445,7 +448,7 @@ class DiscreteLaplace(IntegerNoiseMechanism):
         epsilon lies below that limit and the target is refused with an
         :class:`~dpkit.InvalidParameterError` naming ``accuracy``.
 
-        >>> mechanism = DiscreteLaplace.from_accuracy(accuracy=10, alpha=0.05)
+        >>> mechanism = DiscreteLaplace.from_accuracy(1, accuracy=10, alpha=0.05)
         >>> mechanism.noise_quantile(0.05) <= 10, round(mechanism.epsilon, 4)
         (True, 0.2843)
         """

@@ -601,3 +601,21 @@ def test_discrete_sparse_vector_check_detects_too_little_noise():
     other = sparse_vector_law([-3, 3, 3], 1.0, c / 2.0, c)
     worst = max(max(v / other[k], other[k] / v) for k, v in base.items())
     assert worst > math.exp(epsilon)
+
+
+@pytest.mark.parametrize("size", [1000, 4096])  # numpy's quadrature nodes, then scipy's (above 2,046 candidates)
+def test_permute_and_flip_law_at_many_candidates_matches_mpmath(size):
+    # Two score levels: `top` candidates at the best score (accepted with probability 1) and the
+    # rest 3 below it (probability p). A best candidate is released with probability
+    # integral_0^1 (1 - x)^(top - 1) (1 - p x)^(size - top) dx (the closed form in probabilities()).
+    import mpmath
+
+    mechanism = PermuteAndFlip(1.0, 1.0)
+    top = 3
+    scores = np.array([10.0] * top + [7.0] * (size - top))
+    p = mpmath.exp(-mechanism._rate * int(mechanism._gaps(scores, mechanism._cap)[-1]))
+    with mpmath.workdps(40):
+        best = mpmath.quad(lambda x: (1 - x) ** (top - 1) * (1 - p * x) ** (size - top), [0, 1])
+    law = mechanism.probabilities(scores)
+    np.testing.assert_allclose(law[:top], float(best), rtol=1e-8)
+    np.testing.assert_allclose(law[top:], (1 - top * float(best)) / (size - top), rtol=1e-8)

@@ -8,6 +8,7 @@ released laws carry no floating-point gap, at every epsilon in [2^-60, 1024].
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -203,9 +204,7 @@ class PermuteAndFlip(_SelectionMechanism):
                 f"probabilities are computed for at most {_PF_MAX_EXACT_CANDIDATES} candidates",
             )
         accept = np.exp(-self._rate * gaps.astype(np.float64))
-        nodes, weights = np.polynomial.legendre.leggauss(n // 2 + 2)
-        x = (nodes + 1.0) / 2.0
-        w = weights / 2.0
+        x, w = _legendre_on_unit_interval(n // 2 + 2)
         logs = np.log1p(-np.outer(accept, x))  # nodes lie strictly inside (0, 1)
         others = np.exp(logs.sum(axis=0)[None, :] - logs)
         law = accept * (others @ w)
@@ -215,3 +214,21 @@ class PermuteAndFlip(_SelectionMechanism):
         return (
             f"PermuteAndFlip(sensitivity={self._sensitivity}, epsilon={self._epsilon}, candidates={self._candidates!r})"
         )
+
+
+@functools.lru_cache(maxsize=8)
+def _legendre_on_unit_interval(count: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Gauss-Legendre nodes and weights for integrals over (0, 1) (read-only, cached by count).
+
+    numpy's eigenvalue method up to 1,024 nodes; above, scipy's (numpy took 16 s for the 2,050
+    nodes of 4,096 candidates, scipy 0.3 s; their integrals of x^4099 agree to 3e-10 relative).
+    """
+    if count <= 1024:
+        nodes, weights = np.polynomial.legendre.leggauss(count)
+    else:
+        from scipy.special import roots_legendre
+
+        nodes, weights = roots_legendre(count)
+    x, w = (nodes + 1.0) / 2.0, weights / 2.0
+    x.flags.writeable = w.flags.writeable = False
+    return x, w

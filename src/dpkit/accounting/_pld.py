@@ -78,27 +78,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from fractions import Fraction
+from typing import Any, Self
 
 import numpy as np
 from numpy.typing import NDArray
 
-from dpkit._errors import InternalError, InvalidParameterError
+from dpkit._errors import InternalError, InvalidParameterError, UnsupportedEventError
 from dpkit._lazy import LazyModule
-from dpkit._validation import check_positive
-from dpkit.accounting._base import PrivacyAccountant
+from dpkit._validation import check_integer, check_positive
+from dpkit.accounting._base import PrivacyAccountant, _flatten
 from dpkit.accounting._hypothesis import _mp_gaussian_delta, gaussian_epsilon
 from dpkit.events import (
     ApproxDPEvent,
+    ComposedEvent,
     DiscreteGaussianEvent,
     DiscreteLaplaceEvent,
     GaussianEvent,
+    GroupEvent,
     LaplaceEvent,
     PoissonSampledEvent,
     PrivacyEvent,
     PureDPEvent,
     RandomizedResponseEvent,
     SampledWithoutReplacementEvent,
+    SelfComposedEvent,
 )
 from dpkit.guarantees import NeighbourRelation
 
@@ -486,6 +490,43 @@ def _loss_reach(pair: _Pair, tail_mass: float) -> float:
     return max(abs(top), abs(bottom))
 
 
+def _grid_points(pair: _Pair, h: float, tail_mass: float) -> int:
+    """The grid points the discretised ``pair`` needs (after trimming), from its ends alone.
+
+    Nothing of the grid's size is built, so a grid too fine for ``_MAX_GRID_POINTS`` is refused
+    in microseconds rather than after gigabytes (one Laplace event at ``discretization=1e-8`` tried
+    1.5 GB). A continuous pair is discretised from its lowest loss (or ``-top``) to ``top``, where
+    its delta falls below ``tail_mass``, and that whole grid is allocated and kept (trimming drops
+    only masses below ``tail_mass * 1e-3``, none there in practice). Atoms far out with negligible
+    mass (a discrete Gaussian's reach to 40 sigma) are trimmed, so for atoms this counts only the
+    span between the outermost atoms with more than ``tail_mass`` of P-mass beyond them (not
+    ``tail_mass * 1e-3``: the composition's window, cut by Chernoff bounds at ``tail_mass``, may be
+    narrower than the trimmed grid): a lower bound, so that what was accepted before still is.
+    """
+    if pair.atoms is not None:
+        losses, masses = pair.atoms  # sorted by loss
+        from_bottom = np.cumsum(masses)
+        from_top = np.cumsum(masses[::-1])[::-1]
+        lowest = np.flatnonzero(from_bottom > tail_mass)
+        highest = np.flatnonzero(from_top > tail_mass)
+        if len(lowest) == 0 or len(highest) == 0:
+            return 1
+        span = math.floor(float(losses[highest[-1]]) / h) - math.floor(float(losses[lowest[0]]) / h)
+        return max(span, 1)
+    top = _upper_end(pair, tail_mass)
+    bottom = pair.low if math.isfinite(pair.low) else -top
+    return math.ceil(top / h) - math.floor(bottom / h) + 1
+
+
+def _too_fine_error(h: float, points: int, event: PrivacyEvent) -> InvalidParameterError:
+    return InvalidParameterError(
+        "discretization",
+        h,
+        f"is too fine for {event!r}: its privacy-loss distribution spans {points} grid points (at most "
+        f"{_MAX_GRID_POINTS}); use a coarser discretization",
+    )
+
+
 def _discretise(pair: _Pair, h: float, tail_mass: float, pessimistic: bool) -> _Pld:
     top = _upper_end(pair, tail_mass)
     bottom = pair.low if math.isfinite(pair.low) else -top  # Gaussian: symmetric range
@@ -568,9 +609,19 @@ def _log_mgf(pld: _Pld, h: float, lambdas: FloatArray) -> FloatArray:
     losses = (pld.start + nonzero) * h
     # shift each exponent by its maximum over the support, so that no term overflows
     reference = np.where(lambdas > 0, losses[-1], losses[0])
-    exponent = np.exp(lambdas[:, None] * (losses[None, :] - reference[:, None]))
+    # a few lambdas at a time: all 24 rows at once over 2^24 losses took 3.2 GB
+    rows = max(1, _MGF_CHUNK // len(losses))
+    sums = np.empty(len(lambdas))
+    for first in range(0, len(lambdas), rows):
+        chunk = slice(first, first + rows)
+        exponent = np.exp(lambdas[chunk, None] * (losses[None, :] - reference[chunk, None]))
+        sums[chunk] = exponent @ probs
     with np.errstate(divide="ignore"):
-        return np.asarray(np.log(exponent @ probs) + lambdas * reference, dtype=np.float64)
+        return np.asarray(np.log(sums) + lambdas * reference, dtype=np.float64)
+
+
+#: Most entries of the lambda-by-loss matrix :func:`_log_mgf` builds at once (32 MB).
+_MGF_CHUNK = 2**22
 
 
 def _fold(probs: FloatArray, n: int) -> FloatArray:
@@ -957,6 +1008,118 @@ def _epsilon_at(pld: _Pld, h: float, delta: float, allowance: float = 0.0) -> fl
     return max(0.0, min(eps, float(losses[j])))
 
 
+# -- group privacy ---------------------------------------------------------------------------------
+
+_GROUPABLE_TYPES = (
+    GaussianEvent,
+    LaplaceEvent,
+    DiscreteLaplaceEvent,
+    DiscreteGaussianEvent,
+    PureDPEvent,
+    RandomizedResponseEvent,
+    ApproxDPEvent,
+)
+_GROUPABLE = (
+    "Gaussian, Laplace, discrete Laplace, discrete Gaussian, pure DP, randomized response and "
+    "approximate DP events and compositions of them"
+)
+
+
+def _times_up(value: float, factor: int) -> float:
+    """``value * factor`` rounded up (a larger epsilon only weakens the claim)."""
+    product = value * factor
+    return product if Fraction(product) >= Fraction(value) * factor else math.nextafter(product, math.inf)
+
+
+def _divided_down(value: float, divisor: int) -> float:
+    """``value / divisor`` rounded down (less noise only weakens the claim)."""
+    quotient = value / divisor
+    return quotient if Fraction(quotient) * divisor <= Fraction(value) else math.nextafter(quotient, 0.0)
+
+
+def _group_delta(epsilon: float, delta: float, size: int) -> float:
+    """delta (1 + e^eps + ... + e^((k-1) eps)) = delta expm1(k eps) / expm1(eps), rounded up.
+
+    The group-privacy bound of an (eps, delta)-DP release for k people (Vadhan 2017, "The
+    complexity of differential privacy", Lemma 2.2). The closed form errs by a relative
+    (k eps + 6) u at most (expm1's argument k eps carries a relative u, expm1 itself and the
+    division a few u); the result is raised by twice that, then by an ulp.
+    """
+    unit = 2.0**-53
+    ratio = math.expm1(size * epsilon) / math.expm1(epsilon)
+    return math.nextafter(delta * ratio * (1 + 2 * (size * epsilon + 8) * unit), math.inf)
+
+
+def _grouped(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
+    """The event a group of ``size`` people sees, where that has an exact PLD form; else None.
+
+    A group moves an L1/L2 sensitivity by at most ``size`` times (triangle inequality), so additive
+    noise keeps its shape with the sensitivity scaled (noise multiplier divided by ``size``,
+    rounded down); an eps-DP release is (k eps)-DP and an (eps, delta)-DP one is
+    (k eps, delta sum_{i<k} e^(i eps))-DP (Dwork & Roth 2014, Thm. 2.2; Vadhan 2017, Lemma 2.2),
+    epsilons rounded up. Subsampled events have no such form (the sampling of the group's members
+    is not that of one record) and are refused, as is a delta that reaches 1.
+    """
+    try:
+        if isinstance(event, GroupEvent):
+            return _grouped(event.event, event.size * size)
+        if isinstance(event, SelfComposedEvent):
+            inner = _grouped(event.event, size)
+            return None if inner is None else SelfComposedEvent(inner, event.count)
+        if isinstance(event, ComposedEvent):
+            parts = [_grouped(part, size) for part in event.events]
+            grouped = [part for part in parts if part is not None]
+            return ComposedEvent(tuple(grouped)) if len(grouped) == len(parts) else None
+        if isinstance(event, GaussianEvent):
+            return GaussianEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
+        if isinstance(event, LaplaceEvent):
+            return LaplaceEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
+        if isinstance(event, DiscreteLaplaceEvent):
+            return DiscreteLaplaceEvent(event.scale, event.sensitivity * size, event.neighbours)
+        if isinstance(event, DiscreteGaussianEvent):
+            return DiscreteGaussianEvent(event.sigma, event.sensitivity * size, event.neighbours)
+        if isinstance(event, PureDPEvent | RandomizedResponseEvent):
+            return PureDPEvent(_times_up(event.epsilon, size), event.neighbours)
+        if isinstance(event, ApproxDPEvent):
+            delta = _group_delta(event.epsilon, event.delta, size)
+            return ApproxDPEvent(_times_up(event.epsilon, size), delta, event.neighbours)
+    except (InvalidParameterError, OverflowError):  # out of the events' range (sigma / k < 1e-150, delta >= 1)
+        return None
+    return None
+
+
+def _atomic_events(event: PrivacyEvent) -> list[PrivacyEvent]:
+    """The non-composite events ``event`` composes, group events replaced by what the group sees."""
+    if isinstance(event, SelfComposedEvent):
+        return _atomic_events(event.event)
+    if isinstance(event, ComposedEvent):
+        return [atomic for part in event.events for atomic in _atomic_events(part)]
+    if isinstance(event, GroupEvent):
+        grouped = _grouped(event.event, event.size)
+        return [] if grouped is None else _atomic_events(grouped)
+    return [event]
+
+
+def _ungroupable(event: PrivacyEvent, size: int = 1) -> str | None:
+    """Why a group event inside ``event`` (``size``: the enclosing groups) has no exact PLD form;
+    None if every one has."""
+    if isinstance(event, SelfComposedEvent):
+        return _ungroupable(event.event, size)
+    if isinstance(event, ComposedEvent):
+        for part in event.events:
+            found = _ungroupable(part, size)
+            if found is not None:
+                return found
+        return None
+    if isinstance(event, GroupEvent):
+        return _ungroupable(event.event, size * event.size)
+    if size == 1 or _grouped(event, size) is not None:
+        return None
+    if isinstance(event, _GROUPABLE_TYPES):
+        return f"for a group of {size}, {event!r} leaves the events' range (delta >= 1 or noise below 1e-150)"
+    return f"group privacy has an exact PLD only for {_GROUPABLE}, not for {event!r} (in a group of {size})"
+
+
 # -- the accountant --------------------------------------------------------------------------------
 
 
@@ -971,7 +1134,11 @@ class PLDAccountant(PrivacyAccountant):
     ``discretization`` is the grid spacing of the loss; ``tail_mass`` the largest mass each
     truncation may move to +inf. Supports Gaussian, Laplace, discrete Laplace and Gaussian
     (integer sensitivity), randomized response, pure and approximate DP events, Poisson
-    subsampling (add/remove) and sampling without replacement (replace-one) of any of them.
+    subsampling (add/remove) and sampling without replacement (replace-one) of any of them, and
+    group privacy (``GroupEvent``) of the unsampled ones and their compositions (sensitivity
+    scaled by the group size; pure and approximate DP through their group guarantees). A grid
+    of more than 2^24 points is refused when the event is composed (``InvalidParameterError``
+    naming ``discretization``), before it is built.
 
     >>> from dpkit.events import dpsgd_event
     >>> accountant = PLDAccountant().compose(dpsgd_event(1.1, 256 / 60000, 14063))
@@ -1008,6 +1175,7 @@ class PLDAccountant(PrivacyAccountant):
         self._pending: dict[PrivacyEvent, int] = {}
         self._state: tuple[_Pld, _Pld | None] | None = None  # (remove, add or None if identical)
         self._cache: dict[tuple[PrivacyEvent, bool], _Pld] = {}
+        self._points: dict[PrivacyEvent, int] = {}  # grid points each event needs (see _grid_points)
 
     # -- events -> pairs ----------------------------------------------------------------------
 
@@ -1026,13 +1194,17 @@ class PLDAccountant(PrivacyAccountant):
             if getattr(inner, "neighbours", self.neighbours) is not self.neighbours:
                 return None
             q = event.sampling_probability
-            if isinstance(inner, GaussianEvent):
-                if q == 1.0:
+            if q == 1.0:
+                # Keeping every record is no subsampling: the inner event's own pair, exactly
+                # (the subsampled formulas take log(1 - q)).
+                if isinstance(inner, GaussianEvent):
                     return _gaussian_pair(inner.noise_multiplier)
+                if isinstance(inner, LaplaceEvent):
+                    return _laplace_pair(inner.noise_multiplier)
+                return self._atoms(inner)
+            if isinstance(inner, GaussianEvent):
                 return _subsampled_gaussian_pair(q, inner.noise_multiplier, remove=remove)
             if isinstance(inner, LaplaceEvent):
-                if q == 1.0:
-                    return _laplace_pair(inner.noise_multiplier)
                 return _subsampled_laplace_pair(q, inner.noise_multiplier, remove=remove)
             inner_atoms = self._atoms(inner, coarse=True)
             if inner_atoms is not None:
@@ -1097,7 +1269,77 @@ class PLDAccountant(PrivacyAccountant):
 
     # -- PrivacyAccountant --------------------------------------------------------------------
 
+    def supports(self, event: PrivacyEvent) -> bool:
+        """Whether :meth:`compose` would accept ``event``: an event it can interpret, on a grid of
+        at most ``_MAX_GRID_POINTS`` points at this ``discretization`` (with what is composed)."""
+        return self._interprets(event) and self._too_fine(event) is None
+
+    def _interprets(self, event: PrivacyEvent) -> bool:
+        """:meth:`PrivacyAccountant.supports` without the grid's size: whether the events can be
+        put on some grid (the base class's recursion would call :meth:`supports` on the parts,
+        and refuse a too fine grid as an unsupported event)."""
+        if isinstance(event, ComposedEvent):
+            return all(self._interprets(part) for part in event.events)
+        if isinstance(event, SelfComposedEvent):
+            return self._interprets(event.event)
+        if not isinstance(event, PrivacyEvent) or not self._same_relation(event):
+            return False
+        return self._supports_atomic(event)
+
+    def compose(self, event: PrivacyEvent, count: int = 1) -> Self:
+        """Record ``count`` runs of ``event``; refuse it, unchanged, if it is not supported.
+
+        An event whose privacy-loss distribution would need more than ``_MAX_GRID_POINTS`` grid
+        points raises :class:`InvalidParameterError` naming ``discretization``, before anything
+        of the grid's size is allocated; a group event without an exact PLD form raises
+        :class:`UnsupportedEventError` saying which group events are supported.
+        """
+        repeats = check_integer("count", count, minimum=1)
+        if self._interprets(event):
+            too_fine = self._too_fine(event)
+            if too_fine is not None:
+                raise _too_fine_error(self.discretization, too_fine[1], too_fine[0])
+        else:
+            reason = _ungroupable(event)
+            if reason is not None:
+                raise UnsupportedEventError(f"{type(self).__name__} cannot account for {event!r}: {reason}")
+        return super().compose(event, repeats)
+
+    def _too_fine(self, event: PrivacyEvent) -> tuple[PrivacyEvent, int] | None:
+        """The first event that composing ``event`` would put on a grid of more than
+        ``_MAX_GRID_POINTS`` points, with that number; None if there is none.
+
+        Plain Gaussians are answered without a grid while nothing else is composed, so they are
+        counted only once something else is (then the ones already composed are counted too).
+        """
+        events = _atomic_events(event)
+        mixed = bool(self._pending) or self._state is not None
+        mixed = mixed or any(_plain_gaussian(atomic) is None for atomic in events)
+        if not mixed:
+            return None
+        for atomic in [*events, *self._gaussians]:
+            points = self._event_grid_points(atomic)
+            if points > _MAX_GRID_POINTS:
+                return atomic, points
+        return None
+
+    def _event_grid_points(self, event: PrivacyEvent) -> int:
+        """The grid points ``event`` needs in either direction (0 if it has no pair: refused elsewhere)."""
+        if event not in self._points:
+            try:
+                pairs = [self._pair(event, remove) for remove in (True, False)]
+                self._points[event] = max(
+                    _grid_points(pair, self.discretization, self.tail_mass) for pair in pairs if pair is not None
+                )
+            except (ValueError, OverflowError):  # (max of nothing; losses too large: refused elsewhere)
+                self._points[event] = 0
+        return self._points[event]
+
     def _supports_atomic(self, event: PrivacyEvent) -> bool:
+        if isinstance(event, GroupEvent):
+            # What the group sees, where that is exact (see _grouped); checked like any event.
+            grouped = _grouped(event.event, event.size)
+            return grouped is not None and self._interprets(grouped)
         # An event whose losses exceed _MAX_LOSS (or whose e^eps overflows) cannot be put on the
         # grid: refuse it here, leaving the state unchanged, rather than fail at query time.
         try:
@@ -1107,6 +1349,13 @@ class PLDAccountant(PrivacyAccountant):
             return False
 
     def _compose_atomic(self, event: PrivacyEvent, count: int) -> None:
+        if isinstance(event, GroupEvent):
+            grouped = _grouped(event.event, event.size)
+            if grouped is None:
+                raise InternalError(f"supported group event {event!r} has no grouped form")
+            for atomic, times in _flatten(grouped, count):
+                self._compose_atomic(atomic, times)
+            return
         # Composition commutes: group repeats of one event and convolve lazily, at query time.
         if _plain_gaussian(event) is not None:
             self._gaussians[event] = self._gaussians.get(event, 0) + count
@@ -1145,6 +1394,11 @@ class PLDAccountant(PrivacyAccountant):
             pair = self._pair(event, remove)
             if pair is None:
                 raise InternalError(f"supported event {event!r} has no pair")
+            # (compose refuses such grids; plain Gaussians, answered without one, reach here from
+            # loss_distribution)
+            points = _grid_points(pair, self.discretization, self.tail_mass)
+            if points > _MAX_GRID_POINTS:
+                raise _too_fine_error(self.discretization, points, event)
             self._cache[key] = _discretise(pair, self.discretization, self.tail_mass, self.pessimistic)
         return self._cache[key]
 

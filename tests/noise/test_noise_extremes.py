@@ -25,6 +25,7 @@ from dpkit.noise import (
     bernoulli_rational,
     discrete_gaussian,
     discrete_laplace,
+    discrete_laplace_units,
     geometric,
     grid_exponent,
     resolve_source,
@@ -276,7 +277,7 @@ def test_laplace_size_one_million():
         (lambda: grid_exponent(0.0, 1.0), "sensitivity"),
         (lambda: grid_exponent(1.0, float("inf")), "noise_scale"),
         (lambda: grid_exponent(1.0, 1.0, 0), "dimension"),
-        (lambda: discrete_laplace(MAX_SCALE * (1 + 2**-52), 1), "scale"),
+        (lambda: discrete_laplace(MAX_SCALE * (1 + 2**-52), 1, constant_time=True), "scale"),
         (lambda: discrete_gaussian(5e-324 * 0, 1), "sigma"),
     ],
 )
@@ -506,3 +507,14 @@ def test_discrete_gaussian_samples_up_to_the_largest_sigma():
     assert abs(float(np.mean(draws))) < 5.3 * 2.0**40 / math.sqrt(4000)
     assert 0.9 < float(np.std(draws)) / 2.0**40 < 1.1
     assert isinstance(DiscreteGaussian(1, sigma=2**40).release(0, rng=InsecureSeededRandom(3)), int)
+
+
+@pytest.mark.parametrize("scale", [MAX_SCALE * (1 + 2**-52), 2.0**50, 1e300])
+def test_discrete_laplace_above_max_scale_is_the_any_scale_sampler(scale):
+    """Above 2**40 (not constant time) discrete_laplace draws discrete_laplace_units' law (the same
+    draws from the same seed), as discrete_gaussian serves any sigma; it used to refuse."""
+    draws = discrete_laplace(scale, 64, rng=InsecureSeededRandom(31))
+    expected = discrete_laplace_units(scale, 64, rng=InsecureSeededRandom(31))
+    assert [int(v) for v in draws] == [int(v) for v in expected]
+    with pytest.raises(InvalidParameterError, match="constant_time=True"):
+        discrete_laplace(scale, 1, constant_time=True)

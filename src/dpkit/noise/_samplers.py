@@ -208,16 +208,25 @@ def _discrete_laplace_constant(t: float) -> tuple[float, Fraction]:
 
 def discrete_laplace(
     scale: float, size: int, *, rng: RandomSource | None = None, constant_time: bool = False
-) -> NDArray[np.int64]:
+) -> NDArray[Any]:
     """Exact samples of the discrete Laplace law: P(X = x) = (1 - q)/(1 + q) * q^|x|, q = exp(-1/scale).
 
     One 64-bit word per sample: its low bit is the sign, its top 53 bits the start of a uniform
-    U, and |X| = #{m >= 1 : U < 2 q^m / (1 + q)} (inverse CDF of |X|).
+    U, and |X| = #{m >= 1 : U < 2 q^m / (1 + q)} (inverse CDF of |X|). Up to scale 2^40
+    (:data:`MAX_SCALE`); above it, :func:`discrete_laplace_units` draws the same law (int64 while
+    every draw is below 2^62, Python integers beyond), as :func:`discrete_gaussian` does for any
+    sigma; constant-time mode stays at most 2^40.
 
     >>> from dpkit.noise import InsecureSeededRandom
     >>> discrete_laplace(1.0, 6, rng=InsecureSeededRandom(1)).tolist()
     [-1, 0, -2, 0, -1, 1]
     """
+    if check_positive("scale", scale) > MAX_SCALE:
+        if constant_time:
+            raise InvalidParameterError(
+                "scale", scale, f"must be at most {MAX_SCALE:g} (2**40) with constant_time=True"
+            )
+        return discrete_laplace_units(scale, size, rng=rng)
     t = _check_scale("scale", scale)
     n = _check_size(size)
     source = resolve_source(rng)

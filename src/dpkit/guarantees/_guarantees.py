@@ -96,11 +96,16 @@ def _same_relation(a: Guarantee, b: Guarantee) -> NeighbourRelation:
     return a.neighbours
 
 
+def _is_zero_start(value: object) -> bool:
+    """Whether ``value`` is the integer 0 that ``sum()`` starts from (not a bool, a float or another number)."""
+    return type(value) is int and value == 0
+
+
 @dataclass(frozen=True, eq=False)
 class PureDP:
     """epsilon-differential privacy: P[A(D) in S] <= e^epsilon P[A(D') in S] for neighbours D, D'.
 
-    >>> PureDP(0.1) * 10 == PureDP(1.0)
+    >>> PureDP(0.1) * 10 == PureDP(1.0) == sum([PureDP(0.1)] * 10)
     True
     >>> PureDP(0.5).group(3).epsilon
     1.5
@@ -128,6 +133,13 @@ class PureDP:
         if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
             return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
+
+    def __radd__(self, other: object) -> Guarantee:
+        """``0 + guarantee`` is the guarantee itself, so ``sum(guarantees)`` composes them exactly as
+        repeated ``+`` does; any other left operand (another number, a bool) raises TypeError."""
+        if not _is_zero_start(other):
+            return NotImplemented
+        return self
 
     def __mul__(self, count: int) -> PureDP:
         """k-fold basic composition: k * epsilon."""
@@ -209,6 +221,13 @@ class ApproxDP:
         if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
             return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
+
+    def __radd__(self, other: object) -> Guarantee:
+        """``0 + guarantee`` is the guarantee itself, so ``sum(guarantees)`` composes them exactly as
+        repeated ``+`` does; any other left operand (another number, a bool) raises TypeError."""
+        if not _is_zero_start(other):
+            return NotImplemented
+        return self
 
     def __mul__(self, count: int) -> ApproxDP:
         k = _composable_count(count, self.delta_exact)
@@ -292,6 +311,13 @@ class ZCDP:
         if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
             return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
+
+    def __radd__(self, other: object) -> Guarantee:
+        """``0 + guarantee`` is the guarantee itself, so ``sum(guarantees)`` composes them exactly as
+        repeated ``+`` does; any other left operand (another number, a bool) raises TypeError."""
+        if not _is_zero_start(other):
+            return NotImplemented
+        return self
 
     def __mul__(self, count: int) -> ZCDP:
         k = check_integer("count", count, minimum=1)
@@ -398,6 +424,13 @@ class ApproxZCDP:
         if not isinstance(other, PureDP | ApproxDP | ZCDP | ApproxZCDP):
             return NotImplemented  # Python then raises TypeError naming both operand types
         return compose(self, other)
+
+    def __radd__(self, other: object) -> Guarantee:
+        """``0 + guarantee`` is the guarantee itself, so ``sum(guarantees)`` composes them exactly as
+        repeated ``+`` does; any other left operand (another number, a bool) raises TypeError."""
+        if not _is_zero_start(other):
+            return NotImplemented
+        return self
 
     def __mul__(self, count: int) -> ApproxZCDP:
         k = _composable_count(count, self.delta_exact)

@@ -92,6 +92,8 @@ _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
 # Relative margins absorbing the float error of log_ndtr / exp (a few ulps) with a wide berth.
 _UP = 1 + 1e-12
 _DOWN = 1 - 1e-12
+_LARGEST_LOG_FLOAT = math.log(sys.float_info.max)
+_SMALLEST_SUBNORMAL = math.ldexp(1.0, -1074)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -114,14 +116,69 @@ def analytic_gaussian_delta(sigma: float, sensitivity: float, epsilon: float) ->
     s = check_positive("sigma", sigma)
     d = check_positive("sensitivity", sensitivity)
     e = check_positive("epsilon", epsilon, allow_zero=True)
-    log_first = float(special.log_ndtr(d / (2 * s) - e * s / d))
-    log_second = e + float(special.log_ndtr(-d / (2 * s) - e * s / d))
-    gap = log_first - log_second
+    log_first, gap = _log_terms(s, d, e)
+    if log_first == -math.inf:
+        return 0.0  # Phi(D/(2s) - e s/D) < e^-745 (log_ndtr underflowed): delta rounds to 0
     if gap > 0.5:
         return math.exp(log_first) * -math.expm1(-gap)
-    # Cancellation: about log10(1 / gap) digits are lost; work with 40 more than that.
-    digits = 40 + int(-math.log10(max(abs(gap), 1e-300)))
-    return float(_balle_wang_delta(s, d, e, min(digits, 400)))
+    return float(_balle_wang_delta(s, d, e, _cancellation_digits(gap)))
+
+
+#: Above this epsilon Balle & Wang's terms are formed without float cancellation (:func:`_log_terms`).
+_LARGE_EPSILON = 512.0
+_LOG_HALF_PI = 0.5 * math.log(math.pi / 2)
+
+
+def _log_mills(t: float) -> float:
+    """log R(t), R(t) = Phi(-t) / phi(t) = sqrt(pi/2) erfcx(t / sqrt 2) (Mills' ratio), for t >= 0."""
+    return math.log(float(special.erfcx(t / math.sqrt(2)))) + _LOG_HALF_PI
+
+
+def _log_terms(sigma: float, sensitivity: float, epsilon: float) -> tuple[float, float]:
+    """(log Phi(x), the gap from it down to log(e^e Phi(y))) in float, x = D/(2s) - e s/D and
+    y = -D/(2s) - e s/D: Balle & Wang's two terms in log space (gap inf where the second
+    underflows, nan where both do).
+
+    Up to epsilon 512 both are read off log_ndtr. Beyond, x is the difference of two terms near
+    sqrt(epsilon / 2) and e + log Phi(y) that of two near epsilon: in float they lost every digit
+    (at epsilon 2^206 the calibrated sigma came out 14% above the exact one). There x is formed
+    exactly, (D^2 - 2 e s^2) / (2 s D) in fractions, and e^e phi(y) = phi(x) (expand y^2 = x^2 + 2e)
+    turns the second term into phi(x) R(-y), R Mills' ratio, so the gap is log R(-x) - log R(-y)
+    where x < 0: no large term cancels.
+    """
+    if epsilon <= _LARGE_EPSILON:
+        log_first = float(special.log_ndtr(sensitivity / (2 * sigma) - epsilon * sigma / sensitivity))
+        log_second = epsilon + float(special.log_ndtr(-sensitivity / (2 * sigma) - epsilon * sigma / sensitivity))
+        return log_first, log_first - log_second
+    d, s, e = Fraction(sensitivity), Fraction(sigma), Fraction(epsilon)
+    x = float((d * d - 2 * e * s * s) / (2 * s * d))
+    minus_y = float((d * d + 2 * e * s * s) / (2 * s * d))
+    log_first = float(special.log_ndtr(x))
+    if x < 0:
+        return log_first, _log_mills(-x) - _log_mills(minus_y)
+    log_second = -0.5 * x * x - _LOG_SQRT_2PI + _log_mills(minus_y)
+    return log_first, log_first - log_second
+
+
+def _cancellation_digits(gap: float) -> int:
+    """mpmath digits for Balle & Wang's difference when its terms agree to within e^gap: about
+    log10(1 / gap) digits cancel; work with 40 more than that (at most 400)."""
+    return min(40 + int(-math.log10(max(abs(gap), 1e-300))), 400)
+
+
+def _log_analytic_gaussian_delta(sigma: float, sensitivity: float, epsilon: float) -> float:
+    """log of :func:`analytic_gaussian_delta` (-inf for delta 0), without its underflow: accurate to
+    a few ulps of |log delta| (below 1e-12 relative) also where delta is subnormal or far below
+    the float range (the float delta keeps only a few bits there: 1e-320 has 6)."""
+    log_first, gap = _log_terms(sigma, sensitivity, epsilon)
+    if log_first == -math.inf:
+        # Both log_ndtr underflowed (|z| beyond ~1e154): bound delta <= Phi(z) by Mills' ratio in mpmath.
+        value = _balle_wang_delta(sigma, sensitivity, epsilon, 40)
+    elif gap > 0.5:
+        return log_first + math.log(-math.expm1(-gap))
+    else:
+        value = _balle_wang_delta(sigma, sensitivity, epsilon, _cancellation_digits(gap))
+    return float(mpmath.log(value)) if value > 0 else -math.inf
 
 
 def _balle_wang_delta(sigma: float, sensitivity: float, epsilon: float, digits: int) -> Any:
@@ -156,8 +213,24 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     d = check_positive("sensitivity", sensitivity)
     check_noise_range(d, e, largest_epsilon=_LARGEST_EPSILON)  # (beyond, the search leaves the float range)
 
+    log_target = math.log(target)
+    # Below the normal floats the float delta keeps too few bits (at delta 1e-320 sigma came out 43%
+    # too large, at 5e-324 a NaN): there the search and its final check run on log delta.
+    tiny = target < sys.float_info.min
+    # delta(sigma) is clamped from below (it underflows far above the root) at a floor well under the
+    # target: 1e-320 as always, or 50 nats below a target that is itself below 1e-320.
+    floor = min(math.log(1e-320), log_target - 50.0)
+
     def excess(log_sigma: float) -> float:
-        return math.log(max(analytic_gaussian_delta(math.exp(log_sigma), d, e), 1e-320)) - math.log(target)
+        sigma = math.exp(log_sigma)
+        if tiny:
+            return max(_log_analytic_gaussian_delta(sigma, d, e), floor) - log_target
+        return math.log(max(analytic_gaussian_delta(sigma, d, e), 1e-320)) - log_target
+
+    def exceeds(sigma: float) -> bool:
+        if tiny:  # with a relative 1e-12 berth for the float error of log delta (|log delta| < 745)
+            return _log_analytic_gaussian_delta(sigma, d, e) > log_target - 1e-12 * abs(log_target)
+        return analytic_gaussian_delta(sigma, d, e) > target
 
     low, high = math.log(d) - 10.0, math.log(d) + 2.0
     while excess(high) > 0:
@@ -167,7 +240,7 @@ def analytic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1
     root = optimize.brentq(excess, low, high, xtol=1e-15, rtol=1e-15, maxiter=500)
     # A relative 1e-12 above the float root keeps the claim true in exact arithmetic too.
     sigma = round_up(math.exp(root) * (1 + 1e-12))
-    while analytic_gaussian_delta(sigma, d, e) > target:
+    while exceeds(sigma):
         sigma = round_up(sigma * (1 + 1e-12))
     return sigma
 
@@ -197,6 +270,13 @@ def classic_gaussian_sigma(epsilon: float, delta: float, sensitivity: float = 1.
 
 
 def _log_theta_upper(sigma: float) -> float:
+    if sigma < 0.25:
+        # Below, the 39 Poisson terms leave out terms of order e^(-3200 pi^2 s^2) (2e-10 at s = 0.026,
+        # where e^eps P(Z >= 1) is still a float: reachable from epsilon ~2^39 on). Sum directly:
+        # N = 1 + 2 sum_{z >= 1} q^(z^2) <= 1 + 2 q / (1 - q^2), q = e^(-1/2s^2) (as z^2 >= 2z - 1).
+        q = math.exp(-0.5 / sigma / sigma)
+        log_theta = math.log1p(2 * q / (1 - q * q)) - math.log(sigma) - _LOG_SQRT_2PI
+        return log_theta + 2.0**-44 * (1 + abs(log_theta))
     # Poisson summation: sum_z exp(-z^2/2s^2) = s sqrt(2 pi) (1 + 2 sum_k exp(-2 pi^2 s^2 k^2)).
     # (exp underflows to 0 from sigma ~ 6 on; sigma**2 alone would overflow beyond 1e154)
     first = math.exp(-2 * math.pi**2 * sigma**2) if sigma < 1e3 else 0.0
@@ -277,14 +357,72 @@ def _delta_at_split(n: int, shift: int, sigma: float, epsilon: float) -> float:
     second_lower, _ = _tail_bounds(n + shift, sigma)
     if first_upper <= 0:
         return 0.0
-    if second_lower <= 0:
-        tails = first_upper
+    if second_lower >= sys.float_info.min:
+        log_second = math.log(second_lower)
+        subtracted = _expm1_times_lower(epsilon, second_lower)
     else:
-        log_ratio = epsilon + math.log(second_lower) - math.log(first_upper)
-        tails = first_upper * -math.expm1(log_ratio) if log_ratio < 0 else 0.0
+        # The tail underflowed or is subnormal (a few bits, and exp may have rounded it up): use its
+        # log lower bound instead, which e^epsilon (epsilon up to 2^14 here) may lift back into the
+        # float range; dropping it (as up to epsilon 709 before) gave 5e-4 too much sigma at epsilon 1000.
+        log_second = _log_tail_lower(n + shift, sigma)
+        if not (epsilon <= _LOG_SPACE_EPSILON and log_second >= -_LOG_SPACE_EPSILON):
+            log_second = -math.inf  # epsilon + log_second would lose too many digits: drop the term (safe)
+        subtracted = _expm1_times_log_lower(epsilon, log_second)
+    log_ratio = epsilon + log_second - math.log(first_upper)
+    tails = first_upper * -math.expm1(log_ratio) if log_ratio < 0 else 0.0
     window = math.exp(_log_window_upper(n, shift, sigma)) * _UP
-    window -= math.expm1(epsilon) * _DOWN * second_lower
+    window -= subtracted
     return min(tails, max(0.0, window * _UP))
+
+
+#: Largest epsilon and |log P| for which epsilon + log P keeps an absolute error below 1e-11 (ulp 2^-38).
+_LOG_SPACE_EPSILON = 2.0**14
+
+
+def _log_tail_lower(n: int, sigma: float) -> float:
+    """A lower bound on log P(Z >= n) (-inf for 0), kept in log space where n >= 1."""
+    if n >= 1:
+        return _log_tail_bounds(n, sigma)[0]
+    low, _ = _tail_bounds(n, sigma)  # at least about 1/2: a normal float
+    return math.log(low) if low > 0 else -math.inf
+
+
+def _expm1_times_log_lower(epsilon: float, log_probability: float) -> float:
+    """A lower bound on (e^epsilon - 1) e^log_probability (inf where it passes the float range), for
+    epsilon, |log_probability| <= 2^14: their float sum is off by less than 1e-11, within the 1e-10
+    berth; a subnormal result is stepped two units down (exp may round it up)."""
+    if log_probability == -math.inf:
+        return 0.0
+    log_product = epsilon + log_probability + math.log(-math.expm1(-epsilon))
+    if log_product > _LARGEST_LOG_FLOAT:
+        return math.inf
+    product = math.exp(log_product) * (1 - 1e-10)
+    if product < sys.float_info.min:
+        product = max(0.0, product - 2 * _SMALLEST_SUBNORMAL)
+    return product
+
+
+#: Largest epsilon whose e^epsilon - 1 is a finite float (math.expm1 overflows beyond ~709.78).
+_LARGEST_EXPM1_ARGUMENT = 709.0
+
+
+def _expm1_times_lower(epsilon: float, probability: float) -> float:
+    """A lower bound on (e^epsilon - 1) * ``probability`` (a float >= 0), inf where it passes the float range.
+
+    Up to epsilon 709 this is expm1(epsilon) (1 - 1e-12) probability, as before; beyond, expm1
+    overflows (it read as sigma = inf: Gaussian(1, 710, 1e-5) was refused), so the product is
+    formed in log space: e^(epsilon + log p) (1 - e^-epsilon) with e^-epsilon < 1e-307, and a
+    1e-10 relative berth for the float error of epsilon + log p (|log p| < 746, epsilon < 1500
+    wherever the result is finite).
+    """
+    if probability <= 0:
+        return 0.0
+    if epsilon <= _LARGEST_EXPM1_ARGUMENT:
+        return math.expm1(epsilon) * _DOWN * probability
+    log_product = epsilon + math.log(probability)
+    if log_product > _LARGEST_LOG_FLOAT:
+        return math.inf
+    return math.exp(log_product) * (1 - 1e-10)
 
 
 def discrete_gaussian_delta_upper(sigma_units: float, shift_units: int, epsilon: float) -> float:
@@ -315,7 +453,10 @@ def _zcdp_delta(rho: float, epsilon: float) -> float:
     guess = max(1 + epsilon / (2 * rho), 1.5)
     result = optimize.minimize_scalar(log_delta, bounds=(1 + 1e-9, 4 * guess + 4), method="bounded")
     candidates = [log_delta(guess)] + ([float(result.fun)] if result.success else [])
-    return min(1.0, math.exp(min(candidates)) * _UP)
+    best = min(candidates)
+    if best >= 0:  # no delta < 1 at these alphas (e^best overflowed from epsilon ~2^33 on in dimension > 1)
+        return 1.0
+    return min(1.0, math.exp(best) * _UP)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -597,6 +738,12 @@ class Gaussian(NumericMechanism):
         """E|noise| per coordinate: 2 (s^2 - 1/12) / (s sqrt(2 pi)) grid units for s = sigma / 2^k
         (Euler-Maclaurin; about sigma sqrt(2/pi), accurate to O(s^-3) relative)."""
         s = self._sigma_units
+        if s < 4:
+            # Euler-Maclaurin fails for small s (it went negative below s ~ 0.29, reachable from
+            # epsilon ~2^39 on): sum the law directly, to |z| = 40 s + 2 (the rest is below e^-800).
+            weights = [math.exp(-0.5 * (z / s) ** 2) for z in range(1, math.ceil(40 * s) + 3)]
+            mean = 2 * sum(z * w for z, w in enumerate(weights, start=1)) / (1 + 2 * sum(weights))
+            return math.ldexp(mean, self.grid_exponent)
         return math.ldexp(2 * (s * s - 1 / 12) / (s * math.sqrt(2 * math.pi)), self.grid_exponent)
 
     def linf_tail_bound(self, beta: float, dimension: int | None = None) -> float:

@@ -156,7 +156,9 @@ def snap_to_grid(
     array = np.asarray(values, dtype=np.float64)
     limit = grid_value_limit(exponent, noise_scale)
     if array.size and not float(np.max(np.abs(array))) <= limit:
-        if limit < 0:
+        if not np.isfinite(array).all():  # NaN has no magnitude to report, infinity none to compare
+            allowed = "must be a finite number (got NaN or infinity)"
+        elif limit < 0:
             allowed = (
                 f"cannot be released on the output grid 2^{exponent}: noise this large could overflow float64 "
                 "(use a smaller sensitivity or a larger epsilon)"

@@ -368,7 +368,13 @@ def _delta_at_split(n: int, shift: int, sigma: float, epsilon: float) -> float:
         if not (epsilon <= _LOG_SPACE_EPSILON and log_second >= -_LOG_SPACE_EPSILON):
             log_second = -math.inf  # epsilon + log_second would lose too many digits: drop the term (safe)
         subtracted = _expm1_times_log_lower(epsilon, log_second)
-    log_ratio = epsilon + log_second - math.log(first_upper)
+    log_first = math.log(first_upper)
+    # Lowered by a bound on the float error of the sum (two roundings, each half an ulp of the
+    # largest term, and log's own ulp): 1 - e^log_ratio is then an upper bound, also where the two
+    # tails nearly agree and the sum's error would outweigh the 1e-12 berth (epsilon near 700).
+    log_ratio = epsilon + log_second - log_first
+    if math.isfinite(log_ratio):
+        log_ratio -= 4 * math.ulp(max(abs(epsilon), abs(log_second), abs(log_first)))
     tails = first_upper * -math.expm1(log_ratio) if log_ratio < 0 else 0.0
     window = math.exp(_log_window_upper(n, shift, sigma)) * _UP
     window -= subtracted

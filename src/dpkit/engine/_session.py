@@ -536,9 +536,19 @@ class Session:
             bounds=released.bounds,
             description=compiled.query.describe(),
             entry_index=getattr(entry, "index", None),
-            group_types=dict(compiled.group_types),
+            group_types=self._reported_types(compiled.group_types),
             value_types=value_types,
         )
+
+    def _reported_types(self, types: Mapping[str, str]) -> dict[str, str]:
+        """The group columns' types in DuckDB's names on every backend (Spark's ``string``,
+        ``bigint``, ``timestamp_ntz`` are VARCHAR, BIGINT, TIMESTAMP), so a result reads the same
+        whichever engine ran it; a type DuckDB has no name for keeps Spark's."""
+        if self._backend.name != "spark":
+            return dict(types)
+        from dpkit.engine._spark_sql import duck_column_type
+
+        return {name: duck_column_type(kind) or kind for name, kind in types.items()}
 
     def close(self) -> None:
         """Release what the session opened: its ledger's connection and the DuckDB database it made

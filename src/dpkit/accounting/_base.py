@@ -9,18 +9,28 @@ upper bounds (``certified = True``) or approximations (the CLT/GDP and saddle-po
 from __future__ import annotations
 
 import copy
+import math
 from abc import ABC, abstractmethod
+from fractions import Fraction
 from typing import Self
 
 from dpkit._errors import InvalidParameterError, UnsupportedEventError
 from dpkit._validation import check_delta, check_integer, check_positive
 from dpkit.events import (
+    ApproxDPEvent,
     ComposedEvent,
+    DiscreteGaussianEvent,
+    DiscreteLaplaceEvent,
+    GaussianEvent,
     GroupEvent,
+    LaplaceEvent,
     PoissonSampledEvent,
     PrivacyEvent,
+    PureDPEvent,
+    RandomizedResponseEvent,
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
+    ZCDPEvent,
 )
 from dpkit.guarantees import NeighbourRelation
 
@@ -136,3 +146,70 @@ def inverse_square(value: float) -> float:
     OverflowError of ``value ** 2`` or the ZeroDivisionError of 1 / (value ** 2 underflowed to 0)."""
     inverse = 1.0 / value
     return inverse * inverse
+
+
+def _times_up(value: float, factor: int) -> float:
+    """``value * factor`` rounded up (a larger epsilon only weakens the claim)."""
+    product = value * factor
+    return product if Fraction(product) >= Fraction(value) * factor else math.nextafter(product, math.inf)
+
+
+def _divided_down(value: float, divisor: int) -> float:
+    """``value / divisor`` rounded down (less noise only weakens the claim)."""
+    quotient = value / divisor
+    return quotient if Fraction(quotient) * divisor <= Fraction(value) else math.nextafter(quotient, 0.0)
+
+
+def _group_delta(epsilon: float, delta: float, size: int) -> float:
+    """delta (1 + e^eps + ... + e^((k-1) eps)) = delta expm1(k eps) / expm1(eps), rounded up.
+
+    The group-privacy bound of an (eps, delta)-DP release for k people (Vadhan 2017, "The
+    complexity of differential privacy", Lemma 2.2). The closed form errs by a relative
+    (k eps + 6) u at most (expm1's argument k eps carries a relative u, expm1 itself and the
+    division a few u); the result is raised by twice that, then by an ulp.
+    """
+    unit = 2.0**-53
+    ratio = math.expm1(size * epsilon) / math.expm1(epsilon)
+    return math.nextafter(delta * ratio * (1 + 2 * (size * epsilon + 8) * unit), math.inf)
+
+
+def grouped_event(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
+    """The event a group of ``size`` people sees, for events where that is exact; else None.
+
+    A group moves an L1/L2 sensitivity by at most ``size`` times (triangle inequality), so additive
+    noise keeps its shape with the sensitivity scaled (a noise multiplier divided by ``size``,
+    rounded down); an eps-DP release is (k eps)-DP and an (eps, delta)-DP one is
+    (k eps, delta sum_{i<k} e^(i eps))-DP (Dwork & Roth 2014, Thm. 2.2; Vadhan 2017, Lemma 2.2);
+    rho-zCDP becomes (k^2 rho)-zCDP (Bun & Steinke 2016, Prop. 1.9); epsilons and rho rounded up.
+    Subsampled events have no such form (the sampling of the group's members is not that of one
+    record), nor does an event that leaves the events' range (noise below 1e-150, delta >= 1).
+    Shared by the RDP, zCDP and PLD accountants.
+    """
+    try:
+        if isinstance(event, GroupEvent):
+            return grouped_event(event.event, event.size * size)
+        if isinstance(event, SelfComposedEvent):
+            inner = grouped_event(event.event, size)
+            return None if inner is None else SelfComposedEvent(inner, event.count)
+        if isinstance(event, ComposedEvent):
+            parts = [grouped_event(part, size) for part in event.events]
+            grouped = [part for part in parts if part is not None]
+            return ComposedEvent(tuple(grouped)) if len(grouped) == len(parts) else None
+        if isinstance(event, GaussianEvent):
+            return GaussianEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
+        if isinstance(event, LaplaceEvent):
+            return LaplaceEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
+        if isinstance(event, DiscreteLaplaceEvent):
+            return DiscreteLaplaceEvent(event.scale, event.sensitivity * size, event.neighbours)
+        if isinstance(event, DiscreteGaussianEvent):
+            return DiscreteGaussianEvent(event.sigma, event.sensitivity * size, event.neighbours)
+        if isinstance(event, PureDPEvent | RandomizedResponseEvent):
+            return PureDPEvent(_times_up(event.epsilon, size), event.neighbours)
+        if isinstance(event, ZCDPEvent):
+            return ZCDPEvent(_times_up(event.rho, size * size), event.neighbours)
+        if isinstance(event, ApproxDPEvent):
+            delta = _group_delta(event.epsilon, event.delta, size)
+            return ApproxDPEvent(_times_up(event.epsilon, size), delta, event.neighbours)
+    except (InvalidParameterError, OverflowError):
+        return None
+    return None

@@ -78,7 +78,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any, Self
 
 import numpy as np
@@ -87,7 +86,7 @@ from numpy.typing import NDArray
 from dpkit._errors import InternalError, InvalidParameterError, UnsupportedEventError
 from dpkit._lazy import LazyModule
 from dpkit._validation import check_integer, check_positive
-from dpkit.accounting._base import PrivacyAccountant, _flatten
+from dpkit.accounting._base import PrivacyAccountant, _flatten, grouped_event
 from dpkit.accounting._hypothesis import _mp_gaussian_delta, gaussian_epsilon
 from dpkit.events import (
     ApproxDPEvent,
@@ -103,6 +102,7 @@ from dpkit.events import (
     RandomizedResponseEvent,
     SampledWithoutReplacementEvent,
     SelfComposedEvent,
+    ZCDPEvent,
 )
 from dpkit.guarantees import NeighbourRelation
 
@@ -1025,67 +1025,19 @@ _GROUPABLE = (
 )
 
 
-def _times_up(value: float, factor: int) -> float:
-    """``value * factor`` rounded up (a larger epsilon only weakens the claim)."""
-    product = value * factor
-    return product if Fraction(product) >= Fraction(value) * factor else math.nextafter(product, math.inf)
-
-
-def _divided_down(value: float, divisor: int) -> float:
-    """``value / divisor`` rounded down (less noise only weakens the claim)."""
-    quotient = value / divisor
-    return quotient if Fraction(quotient) * divisor <= Fraction(value) else math.nextafter(quotient, 0.0)
-
-
-def _group_delta(epsilon: float, delta: float, size: int) -> float:
-    """delta (1 + e^eps + ... + e^((k-1) eps)) = delta expm1(k eps) / expm1(eps), rounded up.
-
-    The group-privacy bound of an (eps, delta)-DP release for k people (Vadhan 2017, "The
-    complexity of differential privacy", Lemma 2.2). The closed form errs by a relative
-    (k eps + 6) u at most (expm1's argument k eps carries a relative u, expm1 itself and the
-    division a few u); the result is raised by twice that, then by an ulp.
-    """
-    unit = 2.0**-53
-    ratio = math.expm1(size * epsilon) / math.expm1(epsilon)
-    return math.nextafter(delta * ratio * (1 + 2 * (size * epsilon + 8) * unit), math.inf)
-
-
 def _grouped(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
-    """The event a group of ``size`` people sees, where that has an exact PLD form; else None.
+    """What a group of ``size`` sees (:func:`~dpkit.accounting._base.grouped_event`); a zCDP event
+    has no PLD here, so its group has none either."""
+    grouped = grouped_event(event, size)
+    return None if grouped is None or _has_zcdp(grouped) else grouped
 
-    A group moves an L1/L2 sensitivity by at most ``size`` times (triangle inequality), so additive
-    noise keeps its shape with the sensitivity scaled (noise multiplier divided by ``size``,
-    rounded down); an eps-DP release is (k eps)-DP and an (eps, delta)-DP one is
-    (k eps, delta sum_{i<k} e^(i eps))-DP (Dwork & Roth 2014, Thm. 2.2; Vadhan 2017, Lemma 2.2),
-    epsilons rounded up. Subsampled events have no such form (the sampling of the group's members
-    is not that of one record) and are refused, as is a delta that reaches 1.
-    """
-    try:
-        if isinstance(event, GroupEvent):
-            return _grouped(event.event, event.size * size)
-        if isinstance(event, SelfComposedEvent):
-            inner = _grouped(event.event, size)
-            return None if inner is None else SelfComposedEvent(inner, event.count)
-        if isinstance(event, ComposedEvent):
-            parts = [_grouped(part, size) for part in event.events]
-            grouped = [part for part in parts if part is not None]
-            return ComposedEvent(tuple(grouped)) if len(grouped) == len(parts) else None
-        if isinstance(event, GaussianEvent):
-            return GaussianEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
-        if isinstance(event, LaplaceEvent):
-            return LaplaceEvent(_divided_down(event.noise_multiplier, size), event.neighbours)
-        if isinstance(event, DiscreteLaplaceEvent):
-            return DiscreteLaplaceEvent(event.scale, event.sensitivity * size, event.neighbours)
-        if isinstance(event, DiscreteGaussianEvent):
-            return DiscreteGaussianEvent(event.sigma, event.sensitivity * size, event.neighbours)
-        if isinstance(event, PureDPEvent | RandomizedResponseEvent):
-            return PureDPEvent(_times_up(event.epsilon, size), event.neighbours)
-        if isinstance(event, ApproxDPEvent):
-            delta = _group_delta(event.epsilon, event.delta, size)
-            return ApproxDPEvent(_times_up(event.epsilon, size), delta, event.neighbours)
-    except (InvalidParameterError, OverflowError):  # out of the events' range (sigma / k < 1e-150, delta >= 1)
-        return None
-    return None
+
+def _has_zcdp(event: PrivacyEvent) -> bool:
+    if isinstance(event, SelfComposedEvent):
+        return _has_zcdp(event.event)
+    if isinstance(event, ComposedEvent):
+        return any(_has_zcdp(part) for part in event.events)
+    return isinstance(event, ZCDPEvent)
 
 
 def _atomic_events(event: PrivacyEvent) -> list[PrivacyEvent]:

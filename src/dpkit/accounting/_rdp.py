@@ -21,7 +21,7 @@ from numpy.typing import NDArray
 
 from dpkit._errors import InvalidParameterError
 from dpkit._lazy import LazyModule
-from dpkit.accounting._base import PrivacyAccountant, inverse_square
+from dpkit.accounting._base import PrivacyAccountant, grouped_event, inverse_square
 from dpkit.events import (
     ComposedEvent,
     DiscreteGaussianEvent,
@@ -604,41 +604,6 @@ def _effective_gaussian(event: PrivacyEvent, relation: NeighbourRelation) -> flo
         if any(sigma is None for sigma in precisions):
             return None
         return 1.0 / math.sqrt(sum(sigma**-2 for sigma in precisions if sigma is not None))
-    return None
-
-
-def grouped_event(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
-    """The event a group of ``size`` people sees, for events where that is exact; else None.
-
-    A group of k moves an L1/L2 sensitivity by at most k (triangle inequality), so additive noise
-    keeps its shape with the noise multiplier divided by k; an eps-DP release is (k eps)-DP
-    (Dwork & Roth 2014, Thm. 2.2); rho-zCDP becomes (k^2 rho)-zCDP (Bun & Steinke 2016, Prop. 1.9).
-    """
-    if isinstance(event, GaussianEvent):
-        try:
-            return GaussianEvent(event.noise_multiplier / size, event.neighbours)
-        except InvalidParameterError:  # below GaussianEvent's range: not accounted for here
-            return None
-    if isinstance(event, LaplaceEvent):
-        return LaplaceEvent(event.noise_multiplier / size, event.neighbours)
-    if isinstance(event, DiscreteGaussianEvent):
-        return DiscreteGaussianEvent(event.sigma, event.sensitivity * size, event.neighbours)
-    if isinstance(event, DiscreteLaplaceEvent):
-        return DiscreteLaplaceEvent(event.scale, event.sensitivity * size, event.neighbours)
-    if isinstance(event, PureDPEvent | RandomizedResponseEvent):
-        return PureDPEvent(event.epsilon * size, event.neighbours)
-    if isinstance(event, ZCDPEvent):
-        return ZCDPEvent(event.rho * size * size, event.neighbours)
-    if isinstance(event, GroupEvent):
-        return grouped_event(event.event, event.size * size)
-    if isinstance(event, SelfComposedEvent):
-        inner = grouped_event(event.event, size)
-        return None if inner is None else SelfComposedEvent(inner, event.count)
-    if isinstance(event, ComposedEvent):
-        parts = [grouped_event(inner, size) for inner in event.events]
-        if any(part is None for part in parts):
-            return None
-        return ComposedEvent(tuple(part for part in parts if part is not None))
     return None
 
 

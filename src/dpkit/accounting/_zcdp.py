@@ -11,8 +11,7 @@ import functools
 import math
 
 from dpkit._search import bisect_floats
-from dpkit.accounting._base import PrivacyAccountant, inverse_square
-from dpkit.accounting._rdp import grouped_event
+from dpkit.accounting._base import PrivacyAccountant, grouped_event, inverse_square
 from dpkit.events import (
     ComposedEvent,
     DiscreteGaussianEvent,

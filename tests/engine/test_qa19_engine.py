@@ -62,3 +62,13 @@ def test_a_preview_shows_every_statistics_columns_when_the_first_has_automatic_b
     header = str(preview).splitlines()[1].split()
     assert set(header) == set(preview.to_pandas().columns)
     assert "epsilon" in header and len(header) > 2
+
+
+def test_having_arithmetic_on_a_huge_noisy_count_does_not_overflow_after_the_debit() -> None:
+    # At epsilon 1e-12 the count's noise is about 1e12: n * n passes int64. HAVING reads counts as
+    # DOUBLE (the released columns are int64), so the condition runs instead of failing after the debit.
+    session = _session(np.arange(100.0))
+    result = session.sql(
+        "SELECT COUNT(*) AS n FROM t HAVING n * n >= 0 OR n * n < 0", epsilon=1e-12, rng=InsecureSeededRandom(4)
+    )
+    assert len(result) == 1 and abs(result.columns["n"][0]) > 2**32 and result.value_types["n"] == "BIGINT"

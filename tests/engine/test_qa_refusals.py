@@ -55,13 +55,13 @@ def session(frame: pd.DataFrame) -> E.Session:
     ("having", "part", "kind"),
     [
         ("region", "region", "VARCHAR"),
-        ("n - 752", "n - 752", "BIGINT"),
+        ("n - 752", "n - 752", "DOUBLE"),
         ("n > 1 AND region", "region", "VARCHAR"),
         ("NOT region", "region", "VARCHAR"),
         ("CASE WHEN region THEN TRUE END", "region", "VARCHAR"),
-        ("n > 500 OR n_low", "n_low", "BIGINT"),
-        ("IF(n, TRUE, FALSE)", "n", "BIGINT"),
-        ("COUNT(*)", "n", "BIGINT"),  # the released count itself
+        ("n > 500 OR n_low", "n_low", "DOUBLE"),
+        ("IF(n, TRUE, FALSE)", "n", "DOUBLE"),
+        ("COUNT(*)", "n", "DOUBLE"),  # the released count itself
     ],
 )
 @pytest.mark.parametrize("keys", ["public", "private"])
@@ -81,7 +81,7 @@ def test_a_having_condition_that_is_not_boolean_is_refused_before_the_debit(
 def test_a_builder_having_that_is_not_boolean_is_refused_before_the_debit(session: E.Session) -> None:
     before = session.remaining
     query = session.table().group_by("region", keys=list(REGIONS)).agg(n=E.count()).having("n")
-    with pytest.raises(dpkit.InvalidParameterError, match="the condition n is BIGINT, not BOOLEAN"):
+    with pytest.raises(dpkit.InvalidParameterError, match="the condition n is DOUBLE, not BOOLEAN"):
         query.release(epsilon=1.0)
     assert session.remaining == before
 

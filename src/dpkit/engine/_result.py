@@ -375,7 +375,8 @@ class Result:
     group_types: dict[str, str] = field(default_factory=dict)
     #: The released columns that are not float64: ``BIGINT`` (int64) for each count and its
     #: interval ends, which are whole numbers (float64 only if one is beyond 2^63, at an epsilon
-    #: below about 1e-17). Every other released value and interval end is float64.
+    #: below about 1e-17). Every other released value and interval end is float64. (HAVING reads
+    #: counts as DOUBLE, so arithmetic on them cannot overflow int64 after the debit.)
     value_types: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -508,7 +508,10 @@ class Session:
         value_types = released_types(compiled, columns)
         try:
             arranged = arrange(
-                keep_rows(columns, {**compiled.group_types, **value_types}, compiled.query.having), compiled.query
+                # (counts as DOUBLE here, as before they were int64: `n * n` must not overflow int64
+                # after the debit)
+                keep_rows(columns, compiled.group_types, compiled.query.having),
+                compiled.query,
             )
         except Exception as error:  # noqa: BLE001 - about released (public) values only
             reason = first_line(error)
@@ -632,9 +635,9 @@ def _bind_having(compiled: CompiledQuery) -> None:
     shown = " AND ".join(_shown_condition(condition) for condition in query.having)
     nulls = {name: [None] for name in query.result_columns}
     try:
-        keep_rows(nulls, compiled.result_types, query.having)
+        keep_rows(nulls, compiled.group_types, query.having)
         checks = [check for condition in query.having for check in _truth_operands(condition)]
-        kinds = expression_types(query.result_columns, compiled.result_types, [text for text, _ in checks])
+        kinds = expression_types(query.result_columns, compiled.group_types, [text for text, _ in checks])
     except Exception as error:  # noqa: BLE001 - no data here: the message is about the text alone
         reason = first_line(error)
         raise InvalidParameterError("having", shown, f"cannot be evaluated on the result ({reason})") from None
@@ -653,11 +656,11 @@ def _bind_having(compiled: CompiledQuery) -> None:
     rows = {name: [key[i] for key in keys] for i, name in enumerate(names)}
     rows.update({name: [None] * len(keys) for name in query.result_columns if name not in rows})
     try:
-        arrow_table(rows, compiled.result_types)
+        arrow_table(rows, compiled.group_types)
     except Exception:  # noqa: BLE001 - keys this check cannot type are checked by the release itself
         return
     try:
-        keep_rows(rows, compiled.result_types, query.having)
+        keep_rows(rows, compiled.group_types, query.having)
     except Exception as error:  # noqa: BLE001 - the keys are public: the message may quote them
         reason = first_line(error)
         raise InvalidParameterError(

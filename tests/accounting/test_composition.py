@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import itertools
 import math
-import time
 from fractions import Fraction
 
 import pytest
@@ -312,11 +311,10 @@ def test_optimal_below_advanced_and_basic() -> None:
         assert optimal <= advanced <= eps * k + 1e-12
 
 
-def test_optimal_large_count_is_fast() -> None:
+def test_optimal_large_count() -> None:
+    # (speed belongs in benchmarks: bench/accounting.py)
     accountant = OptimalAccountant().compose(ApproxDPEvent(0.01, 1e-10), count=20_000)
-    start = time.perf_counter()
     eps = accountant.epsilon(1e-5)
-    assert time.perf_counter() - start < 1.0
     assert 0 < eps < AdvancedAccountant().compose(ApproxDPEvent(0.01, 1e-10), count=20_000).epsilon(1e-5)
     assert accountant.delta(eps) <= 1e-5
 

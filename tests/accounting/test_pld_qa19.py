@@ -7,7 +7,6 @@ References are written out here with their source named; every comparison is det
 from __future__ import annotations
 
 import math
-import time
 import tracemalloc
 
 import mpmath
@@ -16,6 +15,8 @@ import pytest
 from dpkit._errors import InvalidParameterError, UnsupportedEventError
 from dpkit.accounting import PrivacyFilter
 from dpkit.accounting._pld import PLDAccountant
+from dpkit.accounting._rdp import RDPAccountant
+from dpkit.accounting._zcdp import ZCDPAccountant
 from dpkit.events import (
     ApproxDPEvent,
     ComposedEvent,
@@ -113,17 +114,14 @@ def test_too_fine_grid_refused_fast_in_little_memory(event: PrivacyEvent, discre
     assert not accountant.supports(event)
     tracemalloc.start()
     try:
-        start = time.perf_counter()
         with pytest.raises(InvalidParameterError, match="discretization") as raised:
             accountant.compose(event).epsilon(1e-6)
-        elapsed = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
     assert raised.value.name == "discretization"
     assert "16777216" in str(raised.value)
-    assert elapsed < 1.0
-    assert peak < 200e6
+    assert peak < 200e6  # refused before the grid is built (the old code tried 1.5 GB at 1e-8)
     assert accountant.history == ()
     assert accountant.epsilon(1e-6) == 0.0
 
@@ -139,10 +137,13 @@ def test_gaussians_need_no_grid_until_something_else_joins_them() -> None:
         accountant.compose(LaplaceEvent(1.0))
     assert accountant.history == ((GaussianEvent(1.0), 3),)
     assert exact <= accountant.delta(1.0) <= exact * (1 + 1e-12)
-    start = time.perf_counter()
-    with pytest.raises(InvalidParameterError, match="discretization"):
-        accountant.loss_distribution()
-    assert time.perf_counter() - start < 1.0
+    tracemalloc.start()
+    try:
+        with pytest.raises(InvalidParameterError, match="discretization"):
+            accountant.loss_distribution()
+        assert tracemalloc.get_traced_memory()[1] < 200e6  # refused before the grid is built
+    finally:
+        tracemalloc.stop()
 
 
 # -- 3. group privacy ---------------------------------------------------------------------------------
@@ -228,3 +229,11 @@ def test_group_without_exact_pld_refused_with_reason(group: GroupEvent, message:
     with pytest.raises(UnsupportedEventError, match=message):
         accountant.compose(group)
     assert accountant.history == ((PureDPEvent(0.5), 1),)
+
+
+@pytest.mark.parametrize("accountant", [PLDAccountant, RDPAccountant, ZCDPAccountant])
+def test_a_group_of_a_poisson_sample_at_q_one_is_the_group_of_the_event(accountant) -> None:
+    inner = GaussianEvent(4.0)
+    sampled = accountant().compose(GroupEvent(PoissonSampledEvent(1.0, inner), 2))
+    plain = accountant().compose(GroupEvent(inner, 2))
+    assert sampled.epsilon(1e-6) == plain.epsilon(1e-6)

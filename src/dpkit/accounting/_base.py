@@ -182,12 +182,15 @@ def grouped_event(event: PrivacyEvent, size: int) -> PrivacyEvent | None:
     (k eps, delta sum_{i<k} e^(i eps))-DP (Dwork & Roth 2014, Thm. 2.2; Vadhan 2017, Lemma 2.2);
     rho-zCDP becomes (k^2 rho)-zCDP (Bun & Steinke 2016, Prop. 1.9); epsilons and rho rounded up.
     Subsampled events have no such form (the sampling of the group's members is not that of one
-    record), nor does an event that leaves the events' range (noise below 1e-150, delta >= 1).
+    record; Poisson sampling with probability 1 keeps everyone and is no sampling), nor does an
+    event that leaves the events' range (noise below 1e-150, delta >= 1).
     Shared by the RDP, zCDP and PLD accountants.
     """
     try:
         if isinstance(event, GroupEvent):
             return grouped_event(event.event, event.size * size)
+        if isinstance(event, PoissonSampledEvent) and event.sampling_probability == 1.0:
+            return grouped_event(event.event, size)  # every record kept: no sampling
         if isinstance(event, SelfComposedEvent):
             inner = grouped_event(event.event, size)
             return None if inner is None else SelfComposedEvent(inner, event.count)

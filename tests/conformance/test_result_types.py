@@ -56,6 +56,7 @@ def test_both_engines_report_one_type_vocabulary(sessions: dict[str, dpkit.Sessi
         )
     assert reports[0] == reports[1]
     assert reports[0][0] == {column: COLUMNS[column][2]}
+    assert {s.columns[column].type for s in sessions.values()} == {COLUMNS[column][2]}
 
 
 def test_binned_columns_and_counts_share_the_vocabulary(sessions: dict[str, dpkit.Session]) -> None:

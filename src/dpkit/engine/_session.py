@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -300,7 +300,10 @@ class Session:
 
     @property
     def columns(self) -> dict[str, ColumnInfo]:
-        return dict(self._columns)
+        """The private table's columns, their types in DuckDB's names on every backend (as
+        ``Result.group_types``: Spark's ``string`` reads VARCHAR)."""
+        types = self._reported_types({name: info.type for name, info in self._columns.items()})
+        return {name: replace(info, type=types[name]) for name, info in self._columns.items()}
 
     # -- queries -------------------------------------------------------------------------------------
 
